@@ -1,0 +1,54 @@
+"""The `gridsplit` command: one entry point for lab, gateway, bench, netcheck and model.
+
+Every user error surfaces as one line on stderr and a non-zero exit (see errors.py);
+tracebacks are reserved for bugs, and GRIDSPLIT_DEBUG=1 shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+from rich.console import Console
+
+from .errors import GridsplitError
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+class Group(click.Group):
+    """A click group that turns GridsplitError into one clean line."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GridsplitError as e:
+            if os.environ.get("GRIDSPLIT_DEBUG"):
+                raise
+            click.echo(f"gridsplit: error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("gridsplit: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gridsplit")
+def main() -> None:
+    """gridsplit: run MPI applications across sites.
+
+    \b
+    lab       an emulated multi-site grid on this machine (namespaces, real TCP, real MPI)
+    """
+
+
+def emit_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=1, default=str))
+
+
+from .lab.cli import lab  # noqa: E402  (sub-command groups register themselves here)
+
+main.add_command(lab)

@@ -1,0 +1,226 @@
+"""`lab check`: does the emulated grid behave like the topology says?
+
+Four measurements, each against a stated bound (docs/lab.md):
+- idle ping RTT of every site pair within max(2 %, 0.2 ms) of the configured RTT;
+- single-flow TCP throughput (iperf3) >= 95 % of the path's bottleneck rate;
+- a switch output port's full drop-tail queue delays packets by B/R, within 10 %;
+- the delay line kept its schedule while all of this ran.
+
+The last one guards the others: if the emulator released packets late, the
+numbers describe this machine's load, not the network, and the check fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import statistics
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from .. import sysdeps
+from ..errors import GridsplitError
+from ..topology import Host
+from . import iperf
+from .realize import LabState
+from .sh import in_ns
+
+RTT_REL, RTT_ABS_MS = 0.02, 0.2
+THROUGHPUT_MIN = 0.95
+BUFFER_TOL = 0.10
+LATE_FRACTION_MAX = 0.001   # more than 0.1 % of packets > 200 µs late: not trustworthy
+WORST_LATE_MAX_US = 2000
+
+# Bytes on the wire per TCP segment beyond its payload: Ethernet header 14, IPv4 20,
+# TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
+FRAME_OVERHEAD = 14 + 20 + 20 + 12
+
+PING_RE = re.compile(r"time=([\d.]+) ms")
+
+
+def ping(state: LabState, src: Host | str, dst: str, count: int, interval: float) -> list[float]:
+    """RTT samples (ms) from src (a host, or a namespace name) to dst."""
+    ns = src if isinstance(src, str) else state.ns(src)
+    cp = in_ns(ns, ["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "2", dst],
+               check=False, timeout=count * interval + 10)
+    return [float(x) for x in PING_RE.findall(cp.stdout)]
+
+
+def representative(state: LabState, site: str) -> Host:
+    hs = [h for h in state.topo.hosts() if h.site == site]
+    return next((h for h in hs if h.role == "node"), hs[0])
+
+
+def check_rtt(state: LabState, count: int = 30) -> list[dict[str, Any]]:
+    topo = state.topo
+    pairs = list(itertools.combinations([s.name for s in topo.sites], 2))
+
+    def one(pair):
+        a, b = pair
+        src, dst = representative(state, a), representative(state, b)
+        samples = ping(state, src, str(dst.ip), count, 0.02)
+        cfg = topo.rtt_ms(a, b)
+        bound = max(RTT_REL * cfg, RTT_ABS_MS)
+        row = {"pair": f"{a}-{b}", "src": src.name, "dst": dst.name, "configured_ms": cfg, "bound_ms": round(bound, 3),
+               "samples": len(samples)}
+        if len(samples) < count * 0.9:
+            return {**row, "ok": False, "why": f"only {len(samples)}/{count} ping replies"}
+        med = statistics.median(samples)
+        return {**row, "min_ms": min(samples), "median_ms": round(med, 3), "max_ms": max(samples),
+                "error_ms": round(med - cfg, 3), "ok": abs(med - cfg) <= bound}
+
+    # Pings are light; a few at a time keeps a 36-pair matrix short without loading the CPU.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(one, pairs))
+
+
+def check_throughput(state: LabState, pairs: int, seconds: float) -> list[dict[str, Any]]:
+    topo = state.topo
+    all_pairs = sorted(itertools.combinations([s.name for s in topo.sites], 2), key=lambda p: -topo.rtt_ms(*p))
+    rows = []
+    chosen = [(a, b) for a, b in all_pairs][:max(pairs, 0)]
+    # Also one pair inside a site: the LAN path must deliver the NIC rate.
+    for site in topo.sites:
+        hs = [h for h in topo.hosts() if h.site == site.name]
+        if len(hs) >= 2:
+            chosen.append((hs[0].name, hs[1].name))
+            break
+    for a, b in chosen:
+        if a in [s.name for s in topo.sites]:
+            src, dst = representative(state, a), representative(state, b)
+        else:
+            src, dst = topo.host(a), topo.host(b)
+        rate = topo.bottleneck_mbps(src, dst)
+        rtt = topo.rtt_ms(src.site, dst.site)
+        res = iperf.tcp(state, src, dst, seconds=seconds, tuned=True)
+        row = {"src": src.name, "dst": dst.name, "rtt_ms": rtt, "bottleneck_mbps": rate}
+        if "error" in res:
+            rows.append({**row, "ok": False, "why": res["error"]})
+            continue
+        mss = res["mss"]
+        wire = res["goodput_mbps"] * (mss + FRAME_OVERHEAD) / mss
+        rows.append({**row, "goodput_mbps": round(res["goodput_mbps"], 2), "wire_mbps": round(wire, 2),
+                     "fraction": round(wire / rate, 4), "retransmits": res["retransmits"], "mss": mss,
+                     "ok": wire >= THROUGHPUT_MIN * rate})
+    return rows
+
+
+def check_buffer(state: LabState, seconds: float = 3.0) -> list[dict[str, Any]]:
+    """Fill one switch output port with UDP from other hosts; ping through it from the router."""
+    topo = state.topo
+    site = max(topo.sites, key=lambda s: s.nodes + s.gateway)
+    hs = [h for h in topo.hosts() if h.site == site.name]
+    target = hs[0]
+    rate = site.nic_mbps
+    expect_ms = site.switch_buffer_bytes * 8 / (rate * 1e6) * 1000
+    # Offered load 1.3x the port rate keeps the queue full; each sender stays
+    # below its own NIC rate so the queue forms at the switch, not at a sender.
+    need, senders = 1.3 * rate, []
+    for h in [h for h in hs[1:]] + [h for h in topo.hosts() if h.site != site.name]:
+        if need <= 0:
+            break
+        share = min(0.9 * h.nic_mbps, need)
+        senders.append((h, share))
+        need -= share
+    row = {"site": site.name, "port_toward": target.name, "rate_mbps": rate,
+           "buffer_bytes": site.switch_buffer_bytes, "expected_ms": round(expect_ms, 3)}
+    if need > 0:
+        return [{**row, "ok": False, "why": "not enough hosts to overload one switch port"}]
+    rt_ns = state.names.router_ns(site.name)
+    idle = ping(state, rt_ns, str(target.ip), 20, 0.01)
+    if not idle:
+        return [{**row, "ok": False, "why": "router cannot ping the target"}]
+    base = statistics.median(idle)
+    with iperf.udp_flood(state, [(h, target, mbps) for h, mbps in senders], seconds + 2):
+        time.sleep(1.0)  # let the queue fill
+        loaded = ping(state, rt_ns, str(target.ip), int(seconds / 0.01), 0.01)
+    if len(loaded) < 10:
+        return [{**row, "ok": False, "why": f"only {len(loaded)} ping replies under load"}]
+    q = sorted(x - base for x in loaded)
+    full = statistics.median(q)
+    return [{**row, "senders": [h.name for h, _ in senders], "idle_rtt_ms": round(base, 3),
+             "queue_delay_median_ms": round(full, 3), "queue_delay_p90_ms": round(q[int(0.9 * (len(q) - 1))], 3),
+             "queue_delay_max_ms": round(q[-1], 3), "error": round(full / expect_ms - 1, 4),
+             "ok": abs(full / expect_ms - 1) <= BUFFER_TOL}]
+
+
+def emulator_health(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    b = {(l["name"], l["dir"]): l for l in before.get("links", [])}
+    pk = late = 0
+    worst = 0.0
+    for l in after.get("links", []):
+        p = b.get((l["name"], l["dir"]), {})
+        pk += l["tx_packets"] - p.get("tx_packets", 0)
+        late += l["late"] - p.get("late", 0)
+        if l["late"] - p.get("late", 0) > 0 or l["worst_late_us"] > p.get("worst_late_us", 0):
+            worst = max(worst, l["worst_late_us"])
+    wall = after.get("uptime_s", 0) - before.get("uptime_s", 0)
+    cpu = after.get("cpu_s", 0) - before.get("cpu_s", 0)
+    frac = late / pk if pk else 0.0
+    ok = frac <= LATE_FRACTION_MAX and worst <= WORST_LATE_MAX_US
+    return {"packets": pk, "late": late, "late_fraction": round(frac, 6), "worst_late_us": worst,
+            "cpu_percent": round(100 * cpu / wall, 1) if wall > 0 else None, "ok": ok,
+            "why": None if ok else "the delay line fell behind its schedule; these measurements describe this "
+                                   "machine's load, not the emulated network (reduce --nodes or rates, or stop other load)"}
+
+
+def run_check(state: LabState, pairs: int = 3, seconds: float = 4.0,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    for tool in ("ping", "iperf3"):
+        sysdeps.need_tool(tool)
+    say = progress or (lambda m: None)
+    if state.wanem_pid is None or not __import__("os").path.exists(f"/proc/{state.wanem_pid}"):
+        raise GridsplitError("the WAN delay line is not running; rebuild the lab (`gridsplit lab down && gridsplit lab up`)")
+    before = state.wanem_stats()
+    say(f"RTT of {len(state.topo.sites) * (len(state.topo.sites) - 1) // 2} site pair(s)")
+    rtt = check_rtt(state)
+    say(f"single-flow throughput ({seconds:g} s per path)")
+    thr = check_throughput(state, pairs, seconds)
+    say("drop-tail buffer at a switch output port")
+    buf = check_buffer(state)
+    time.sleep(0.6)  # one stats period, so the delay line's counters cover the tests
+    emu = emulator_health(before, state.wanem_stats())
+    ok = all(r["ok"] for r in rtt + thr + buf) and emu["ok"]
+    return {"ok": ok, "topology": state.topo.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "bounds": {"rtt": f"max({RTT_REL:.0%}, {RTT_ABS_MS} ms)", "throughput": f">= {THROUGHPUT_MIN:.0%} of bottleneck (wire rate)",
+                       "buffer": f"±{BUFFER_TOL:.0%} of B/R", "late_fraction": LATE_FRACTION_MAX,
+                       "worst_late_us": WORST_LATE_MAX_US},
+            "rtt": rtt, "throughput": thr, "buffer": buf, "emulator": emu}
+
+
+def render(report: dict[str, Any], con) -> None:
+    from rich.table import Table
+
+    def mark(ok):
+        return "[green]ok[/green]" if ok else "[bold red]FAIL[/bold red]"
+
+    t = Table("site pair", "configured", "median", "min / max", "bound", "", title="idle RTT")
+    for r in report["rtt"]:
+        t.add_row(r["pair"], f"{r['configured_ms']:.3f} ms",
+                  f"{r['median_ms']:.3f} ms" if "median_ms" in r else r.get("why", ""),
+                  f"{r.get('min_ms', 0):.3f} / {r.get('max_ms', 0):.3f}", f"±{r['bound_ms']} ms", mark(r["ok"]))
+    con.print(t)
+    t = Table("path", "RTT", "bottleneck", "goodput", "wire rate", "fraction", "retrans", "", title="single TCP flow (iperf3)")
+    for r in report["throughput"]:
+        t.add_row(f"{r['src']} → {r['dst']}", f"{r['rtt_ms']:g} ms", f"{r['bottleneck_mbps']:g} Mb/s",
+                  f"{r.get('goodput_mbps', 0):.1f} Mb/s", f"{r.get('wire_mbps', 0):.1f} Mb/s",
+                  f"{r['fraction']:.1%}" if "fraction" in r else r.get("why", ""), str(r.get("retransmits", "")), mark(r["ok"]))
+    con.print(t)
+    t = Table("port", "rate", "buffer", "expected B/R", "measured (median)", "p90 / max", "error", "", title="drop-tail switch buffer")
+    for r in report["buffer"]:
+        t.add_row(f"{r['site']} → {r['port_toward']}", f"{r['rate_mbps']:g} Mb/s", f"{r['buffer_bytes']} B",
+                  f"{r['expected_ms']:.2f} ms",
+                  f"{r['queue_delay_median_ms']:.2f} ms" if "queue_delay_median_ms" in r else r.get("why", ""),
+                  f"{r.get('queue_delay_p90_ms', 0):.2f} / {r.get('queue_delay_max_ms', 0):.2f} ms",
+                  f"{r['error']:+.1%}" if "error" in r else "", mark(r["ok"]))
+    con.print(t)
+    e = report["emulator"]
+    con.print(f"delay line: {e['packets']} packets, {e['late']} released > 200 µs late "
+              f"({e['late_fraction']:.3%}), worst {e['worst_late_us']:.0f} µs, CPU {e['cpu_percent']}% — {mark(e['ok'])}")
+    if e.get("why"):
+        con.print(f"[bold red]{e['why']}[/bold red]")
+    con.print("[bold green]lab check passed[/bold green]" if report["ok"] else "[bold red]lab check FAILED[/bold red]")

@@ -1,0 +1,188 @@
+"""`gridsplit lab ...`: bring the emulated grid up and down, look at it, use it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import click
+from rich.table import Table
+
+from ..errors import GridsplitError
+from .names import LabNames
+from . import realize
+
+
+def _names() -> LabNames:
+    return LabNames.from_env()
+
+
+def _console():
+    from ..cli import out
+    return out
+
+
+@click.group()
+def lab() -> None:
+    """An emulated multi-site grid on this machine: real TCP stacks, real MPI.
+
+    \b
+    Every host is a network namespace; sites have a switch (drop-tail output
+    buffers, tbf rates) and a router; WAN links get their delay from a
+    user-space delay line. Names start with $GRIDSPLIT_LAB_PREFIX (default gs).
+    """
+
+
+@lab.command()
+@click.option("--topology", "-t", default="mini", show_default=True, metavar="NAME|FILE",
+              help="A preset (paper, g5k9, mini) or a topology TOML file.")
+@click.option("--nodes", "-n", type=click.IntRange(1, 250), default=None,
+              help="Node count of the topology's variable sites (paper: bordeaux senders).")
+def up(topology: str, nodes: int | None) -> None:
+    """Build the lab: namespaces, switches, routers, WAN links, delay line."""
+    con = _console()
+    t0 = time.monotonic()
+    state = realize.up(topology, nodes, _names(), progress=lambda m: con.print(f"[dim]·[/dim] {m}"))
+    hosts = state.topo.hosts()
+    con.print(f"lab [bold]{state.topo.name}[/bold] is up in {time.monotonic() - t0:.1f} s: "
+              f"{len(state.topo.sites)} sites, {len(hosts)} hosts, {len(state.topo.wans)} WAN links "
+              f"(prefix {state.names.prefix}). Try `gridsplit lab status`, `gridsplit lab check`.")
+
+
+@lab.command()
+def down() -> None:
+    """Remove the lab: every namespace, process and file it created (also after a crash)."""
+    removed = realize.down(_names())
+    _console().print(f"lab down: removed {len(removed)} namespaces" if removed else "lab down: nothing to remove")
+
+
+@lab.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Show the running lab: sites, hosts, WAN links and the delay line's health."""
+    state = realize.load_state(_names())
+    stats = state.wanem_stats()
+    alive = state.wanem_pid is not None and os.path.exists(f"/proc/{state.wanem_pid}")
+    if as_json:
+        from ..cli import emit_json
+        emit_json({"prefix": state.names.prefix, "created": state.data["created"], "topology": state.topo.to_dict(),
+                   "hosts": [{"name": h.name, "site": h.site, "role": h.role, "ip": str(h.ip), "ns": state.ns(h)}
+                             for h in state.topo.hosts()],
+                   "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats}})
+        return
+    con = _console()
+    con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']})")
+    t = Table("site", "subnet", "nodes", "NIC", "switch buffer", "TCP max buffers", "CC", "gateway")
+    for s in state.topo.sites:
+        t.add_row(s.name, str(s.subnet), str(s.nodes), f"{s.nic_mbps:g} Mb/s", f"{s.switch_buffer_bytes} B",
+                  f"{s.tcp.rmem_max}/{s.tcp.wmem_max}", s.tcp.congestion,
+                  str(s.gateway_ip) if s.gateway else "-")
+    con.print(t)
+    t = Table("WAN link", "RTT", "rate", "buffer", "loss", "packets a→b / b→a", "late", "worst late")
+    by_name: dict[str, list] = {}
+    for ls in stats.get("links", []):
+        by_name.setdefault(ls["name"], []).append(ls)
+    for w in state.topo.wans:
+        ls = by_name.get(w.name, [])
+        t.add_row(w.name, f"{w.rtt_ms:g} ms", f"{w.rate_mbps:g} Mb/s", f"{w.buffer_bytes} B", f"{w.loss:g}",
+                  " / ".join(str(x["tx_packets"]) for x in ls), str(sum(x["late"] for x in ls)),
+                  f"{max((x['worst_late_us'] for x in ls), default=0):.0f} µs")
+    con.print(t)
+    con.print(f"delay line: pid {state.wanem_pid} {'running' if alive else '[red]NOT RUNNING[/red]'}, "
+              f"CPU {stats.get('cpu_s', 0):.1f} s over {stats.get('uptime_s', 0):.0f} s")
+    con.print("hosts: " + ", ".join(f"{h.name} ({h.ip})" for h in state.topo.hosts()))
+
+
+@lab.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("host")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(host: str, cmd: tuple[str, ...]) -> None:
+    """Run CMD on lab HOST (a node or gateway name, or its address).
+
+    Example: gridsplit lab exec east-1 -- ping -c 3 west-1
+    """
+    state = realize.load_state(_names())
+    h = state.topo.host(host)
+    from .mpi import launcher
+    rc = subprocess.call([str(launcher(state)), "--exec", h.name, *cmd])
+    sys.exit(rc)
+
+
+@lab.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the exit code still tells pass/fail).")
+@click.option("--pairs", type=int, default=3, show_default=True,
+              help="How many site pairs get the throughput test (RTT is tested on every pair).")
+@click.option("--seconds", type=float, default=4.0, show_default=True, help="Duration of each throughput test.")
+def check(as_json: bool, pairs: int, seconds: float) -> None:
+    """Fidelity self-test: RTT, throughput, buffer, and the delay line's schedule.
+
+    Exits 3 if any measurement misses its bound, or if the emulator fell behind.
+    """
+    from .check import run_check, render
+    state = realize.load_state(_names())
+    report = run_check(state, pairs=pairs, seconds=seconds,
+                       progress=None if as_json else (lambda m: _console().print(f"[dim]·[/dim] {m}")))
+    if as_json:
+        from ..cli import emit_json
+        emit_json(report)
+    else:
+        render(report, _console())
+    if not report["ok"]:
+        sys.exit(3)
+
+
+@lab.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--impl", type=click.Choice(["mpich", "openmpi"]), default="mpich", show_default=True)
+@click.option("-n", "nprocs", type=click.IntRange(1, 4096), default=None, help="Number of ranks (default: one per host).")
+@click.option("--hosts", default=None, help="Comma-separated lab hosts, rank 0 on the first (default: every node).")
+@click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
+@click.argument("prog", nargs=-1, required=True, type=click.UNPROCESSED)
+def mpirun(impl: str, nprocs: int | None, hosts: str | None, timeout: float | None, prog: tuple[str, ...]) -> None:
+    """Run a real MPI job across lab nodes: gridsplit lab mpirun -n 4 -- PROG ARGS."""
+    from .mpi import mpirun as run_mpi
+    state = realize.load_state(_names())
+    hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
+    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), timeout=timeout)
+    sys.exit(cp.returncode)
+
+
+@lab.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--interval", type=float, default=None, help="Measure over this many seconds (when no command is given).")
+@click.option("--all", "show_all", is_flag=True, help="Show every counter that moved, not only the headline ones.")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[str, ...]) -> None:
+    """Per-host TCP counter deltas over a command or an interval.
+
+    \b
+    gridsplit lab counters east-1 west-1 -- gridsplit lab mpirun -- ./gather
+    gridsplit lab counters --interval 5
+    """
+    from . import counters as C
+    state = realize.load_state(_names())
+    argv = list(args)
+    hosts_part, cmd = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    if cmd and interval:
+        raise GridsplitError("give either a command (after --) or --interval, not both")
+    hosts = [state.topo.host(h) for h in hosts_part] or state.topo.hosts()
+    nss = [state.ns(h) for h in hosts]
+    before = C.snapshot_many(nss)
+    rc = 0
+    if cmd:
+        rc = subprocess.call(cmd)
+    else:
+        time.sleep(interval if interval else 1.0)
+    after = C.snapshot_many(nss)
+    deltas = {h.name: C.delta(before[state.ns(h)], after[state.ns(h)]) for h in hosts}
+    if as_json:
+        from ..cli import emit_json
+        emit_json({"command": cmd, "exit_code": rc, "interval_s": None if cmd else (interval or 1.0), "deltas": deltas})
+    else:
+        keys = sorted({k for d in deltas.values() for k in d}) if show_all else list(C.HEADLINE)
+        t = Table("host", *keys)
+        for name, d in deltas.items():
+            t.add_row(name, *[str(d.get(k, 0)) for k in keys])
+        _console().print(t)
+    sys.exit(rc)

@@ -1,0 +1,118 @@
+"""Running real MPI jobs across the lab's nodes.
+
+Both launchers think they start remote daemons with ssh; the lab gives them a
+launcher script instead that enters the target host's network namespace (and a
+UTS namespace carrying the host's name, so each "machine" has its own hostname
+as MPI libraries expect). Name resolution comes from /etc/netns/NS/hosts, which
+`ip netns exec` mounts over /etc/hosts.
+
+MPICH from Debian is ch4:ucx: without UCX_TLS=tcp,self, ranks on one physical
+machine talk through shared memory and nothing crosses the emulated network.
+Open MPI is pinned to ob1/tcp for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+from .. import sysdeps
+from ..errors import GridsplitError
+from ..topology import Host
+from .realize import LabState
+
+IMPLS = ("mpich", "openmpi")
+
+
+def launcher(state: LabState) -> Path:
+    """Write (once) the ssh stand-in: `rsh [opts] HOST CMD...` runs CMD in HOST's namespace."""
+    path = state.names.state_dir / "rsh"
+    if path.exists():
+        return path
+    cases = "\n".join(f"  {h.name}|{h.ip}) ns={state.ns(h)} ;;" for h in state.topo.hosts())
+    path.write_text(f"""#!/bin/sh
+# gridsplit lab launcher (generated): an ssh stand-in for mpiexec/mpirun.
+# Usage like ssh: rsh [-x ...] HOST COMMAND...; COMMAND is run by sh -c in HOST's
+# network namespace, with HOST as hostname. With --exec, COMMAND is argv, not a string.
+mode=sh
+while [ $# -gt 0 ]; do
+  case "$1" in --exec) mode=exec; shift ;; -l|-p|-o|-i) shift 2 ;; -*) shift ;; *) break ;; esac
+done
+host=$1; shift
+case "$host" in
+{cases}
+  *) echo "gridsplit lab launcher: unknown host '$host'" >&2; exit 255 ;;
+esac
+if [ "$mode" = exec ]; then
+  exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+fi
+exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+""")
+    path.chmod(0o755)
+    return path
+
+
+def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
+            env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The argv (run from the first host) and environment of one MPI job."""
+    rsh = str(launcher(state))
+    names = ",".join(h.name for h in hosts)
+    block = str(state.topo.sites_block)
+    full_env = dict(os.environ)
+    full_env.update(env)
+    if impl == "mpich":
+        sysdeps.need_tool("mpiexec.mpich")
+        full_env.setdefault("UCX_TLS", "tcp,self")
+        full_env.setdefault("UCX_NET_DEVICES", "eth0")
+        argv = ["mpiexec.mpich", "-launcher", "ssh", "-launcher-exec", rsh, "-hosts", names, "-n", str(n),
+                *sum((["-genv", k, v] for k, v in env.items()), []), *prog]
+    elif impl == "openmpi":
+        sysdeps.need_tool("mpirun.openmpi")
+        argv = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--map-by", "node",
+                "--host", names, "-n", str(n),
+                "--mca", "plm_rsh_agent", rsh, "--mca", "plm_rsh_no_tree_spawn", "1",
+                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader",
+                "--mca", "btl_tcp_if_include", block, "--mca", "oob_tcp_if_include", block,
+                *sum((["-x", k] for k in env), []), *prog]
+    else:
+        raise GridsplitError(f"--impl {impl!r}: choose one of {', '.join(IMPLS)}")
+    return [rsh, "--exec", hosts[0].name, *argv], full_env
+
+
+def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
+           env: dict[str, str] | None = None, capture: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess:
+    if not prog:
+        raise GridsplitError("no program given; usage: gridsplit lab mpirun -n N -- PROG ARGS")
+    if not hosts:
+        raise GridsplitError("no hosts to run on")
+    argv, full_env = command(state, impl, n, hosts, prog, env or {})
+    # A session of its own, so a timeout stops the launcher and every rsh,
+    # proxy and rank it started (they share its process group), and nothing else.
+    proc = subprocess.Popen(argv, env=full_env, text=True, start_new_session=True,
+                            stdout=subprocess.PIPE if capture else None,
+                            stderr=subprocess.PIPE if capture else None)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        raise GridsplitError(f"MPI job did not finish within {timeout:.0f} s and was stopped: {shlex.join(prog)}") from None
+    except KeyboardInterrupt:
+        _stop_group(proc)
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=3)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,328 @@
+"""Turning a topology into namespaces, links, qdiscs and a delay line (lab up/down).
+
+The emulated grid, per site:
+
+    host ns (node or gateway)          switch ns                 router ns
+    eth0 [tbf: NIC rate] ─────────── hK [tbf: NIC rate, drop-tail switch buffer]
+                                       br0
+                                       up [tbf: uplink rate] ── lan0
+                                                                  to-<peer> [tbf: WAN rate, WAN buffer] ── l<j>a (WAN ns)
+
+and one WAN namespace holding both ends of every WAN link, bridged frame by frame
+by gridsplit-wanem, the user-space delay line (this kernel has no netem). Rates
+and drop-tail buffers are kernel tbf; delay and random loss are the delay line's.
+The switch's output port toward a host is where gather traffic converges, as in
+seed 000's figure 8, so that is where its buffer is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .. import sysdeps
+from ..errors import GridsplitError
+from ..topology import Host, Topology, load_topology
+from . import names as N
+from .names import LabNames
+from .sh import in_ns, ip_batch, list_netns, netns_pids, run, tc_batch
+
+MTU_FRAME = 1514
+
+
+def tbf_burst(rate_mbps: float, ms: float) -> int:
+    """Token-bucket depth: `ms` of traffic at the rate, at least two full frames.
+
+    The bucket must cover the kernel's timer and softirq latency on a loaded VM,
+    or tbf under-delivers (at 1 Gb/s it needs >= 256 KB here, see docs/lab.md).
+    """
+    return max(int(rate_mbps * 1e6 / 8 * ms / 1000), 2 * MTU_FRAME)
+
+
+# Bucket depths, in ms of traffic at the shaped rate. Host NICs and the WAN get
+# the deep bucket the delay line needs; switch output ports a shallow one, since
+# a full bucket lets a burst through at infinite speed and would add to the
+# switch buffer that incast (the gather) is meant to overflow.
+BURST_MS = {"nic": 2.1, "switch": 0.5, "wan": 2.1}
+
+
+def tbf_line(dev: str, rate_mbps: float, limit: int, kind: str) -> str:
+    burst = tbf_burst(rate_mbps, BURST_MS[kind])
+    return f"qdisc replace dev {dev} root tbf rate {int(rate_mbps * 1e6)}bit burst {burst} limit {max(limit, burst)}"
+
+
+@dataclass
+class LabState:
+    """What `lab up` recorded: enough for every later command, and for `lab down`."""
+
+    names: LabNames
+    topo: Topology
+    data: dict[str, Any]
+
+    @property
+    def wanem_pid(self) -> int | None:
+        return self.data.get("pids", {}).get("wanem")
+
+    @property
+    def wanem_stats_path(self) -> Path:
+        return self.names.state_dir / "wanem-stats.json"
+
+    def wanem_stats(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.wanem_stats_path.read_text())
+        except (OSError, ValueError):
+            raise GridsplitError(f"the delay line's statistics ({self.wanem_stats_path}) are unreadable; is the lab up? (`gridsplit lab status`)") from None
+
+    def ns(self, host: Host | str) -> str:
+        return self.names.host_ns(self.topo.host(host) if isinstance(host, str) else host)
+
+
+def load_state(names: LabNames) -> LabState:
+    if not names.state_file.exists():
+        raise GridsplitError(f"no lab is up (prefix {names.prefix!r}); start one with `gridsplit lab up`")
+    data = json.loads(names.state_file.read_text())
+    topo = load_topology(str(names.state_dir / "topology.toml"), data.get("nodes"))
+    topo = _renamed(topo, data["topology_name"])
+    return LabState(names, topo, data)
+
+
+def _renamed(topo: Topology, name: str) -> Topology:
+    from dataclasses import replace
+    return replace(topo, name=name)
+
+
+@contextmanager
+def _lock(names: LabNames) -> Iterator[None]:
+    names.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(names.state_dir.parent / f"{names.prefix}.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise GridsplitError(f"another gridsplit command is building or removing lab {names.prefix!r}; wait for it to finish") from None
+        yield
+
+
+# ---------------------------------------------------------------------------
+# up
+# ---------------------------------------------------------------------------
+
+
+def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None) -> LabState:
+    sysdeps.need_root("gridsplit lab up")
+    for tool in ("ip", "tc", "ethtool", "unshare", "hostname"):
+        sysdeps.need_tool(tool)
+    wanem = sysdeps.built("gridsplit-wanem")
+    topo = load_topology(spec, nodes)
+    text = _topology_text(spec)
+
+    with _lock(names):
+        leftovers = [ns for ns in list_netns() if names.owns_ns(ns)]
+        if names.state_file.exists() or leftovers:
+            raise GridsplitError(f"a lab with prefix {names.prefix!r} is already up ({len(leftovers)} namespaces); "
+                                 "run `gridsplit lab down` first, or use another GRIDSPLIT_LAB_PREFIX")
+        names.state_dir.mkdir(parents=True, exist_ok=True)
+        (names.state_dir / "topology.toml").write_text(text)
+        try:
+            _build(topo, names, progress)
+            progress("starting the WAN delay line")
+            pid = _start_wanem(topo, names, wanem)
+            data = {
+                "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": {"wanem": pid},
+                "tbf_burst_ms": BURST_MS, "topology": topo.to_dict(),
+                "namespaces": _all_ns(topo, names),
+            }
+            names.state_file.write_text(json.dumps(data, indent=1))
+        except BaseException:
+            progress("setup failed; removing what was built")
+            _teardown(names)
+            raise
+    return LabState(names, topo, data)
+
+
+def _topology_text(spec: str) -> str:
+    from importlib import resources
+    from ..topology import PRESETS
+    if spec in PRESETS:
+        return resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
+    return Path(spec).read_text()
+
+
+def _all_ns(topo: Topology, names: LabNames) -> list[str]:
+    out = [names.host_ns(h) for h in topo.hosts()]
+    for s in topo.sites:
+        out += [names.switch_ns(s.name), names.router_ns(s.name)]
+    return out + [names.wan_ns]
+
+
+def _hosts_file(topo: Topology) -> str:
+    lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+    lines += [f"{h.ip} {h.name}" for h in topo.hosts()]
+    for s in topo.sites:
+        lines.append(f"{s.router_ip} {s.name}-router")
+    return "\n".join(lines) + "\n"
+
+
+def _sysctl(ns: str, values: dict[str, str]) -> None:
+    in_ns(ns, ["sysctl", "-q", "-w", *[f"{k}={v}" for k, v in values.items()]])
+
+
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+
+
+def _build(topo: Topology, names: LabNames, progress) -> None:
+    hosts_text = _hosts_file(topo)
+    for ns in _all_ns(topo, names):
+        run(["ip", "netns", "add", ns])
+        etc = names.netns_etc(ns)
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(hosts_text)
+        ip_batch(ns, ["link set lo up"])
+        _sysctl(ns, NO_IPV6)
+
+    for site in topo.sites:
+        progress(f"site {site.name}: switch, router, {site.nodes} node(s){' and a gateway' if site.gateway else ''}")
+        sw, rt = names.switch_ns(site.name), names.router_ns(site.name)
+        ip_batch(sw, [f"link add {N.BRIDGE} type bridge stp_state 0 forward_delay 0 mcast_snooping 0",
+                      f"link set {N.BRIDGE} up"])
+        sw_lines, sw_tc = [], []
+        for h in [h for h in topo.hosts() if h.site == site.name]:
+            hns, port = names.host_ns(h), N.sw_port(h)
+            sw_lines += [f"link add {port} type veth peer name {N.HOST_IF} netns {hns}",
+                         f"link set {port} master {N.BRIDGE}", f"link set {port} up"]
+            sw_tc.append(tbf_line(port, site.nic_mbps, site.switch_buffer_bytes, "switch"))
+        sw_lines += [f"link add {N.SW_UPLINK} type veth peer name {N.RT_LAN} netns {rt}",
+                     f"link set {N.SW_UPLINK} master {N.BRIDGE}", f"link set {N.SW_UPLINK} up"]
+        sw_tc.append(tbf_line(N.SW_UPLINK, site.uplink_mbps, site.switch_buffer_bytes, "switch"))
+        ip_batch(sw, sw_lines)
+        in_ns(sw, ["sh", "-c", " ; ".join(f"ethtool -K {d} tso off gso off gro off >/dev/null" for d in
+                                         [N.sw_port(h) for h in topo.hosts() if h.site == site.name] + [N.SW_UPLINK])])
+        tc_batch(sw, sw_tc)
+
+        for h in [h for h in topo.hosts() if h.site == site.name]:
+            hns = names.host_ns(h)
+            ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
+                           f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF}"])
+            in_ns(hns, ["ethtool", "-K", N.HOST_IF, "tso", "off", "gso", "off", "gro", "off"])
+            tc_batch(hns, [tbf_line(N.HOST_IF, site.nic_mbps, site.nic_queue_bytes, "nic")])
+            _sysctl(hns, {**site.tcp.sysctls(), "net.ipv4.tcp_no_metrics_save": "1"})
+
+        ip_batch(rt, [f"addr add {site.router_ip}/24 dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
+        _sysctl(rt, {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0"})
+
+    progress(f"WAN: {len(topo.wans)} link(s)")
+    wan_lines = []
+    for w in topo.wans:
+        for side, site in (("a", w.a), ("b", w.b)):
+            rt, dev, peer = names.router_ns(site), N.rt_wan_if(w.peer(site)), N.wan_if(w.index, side)
+            ip_batch(rt, [f"link add {dev} type veth peer name {peer} netns {names.wan_ns}",
+                          f"addr add {w.ip(site)}/30 dev {dev}", f"link set {dev} up",
+                          f"route add {topo.site(w.peer(site)).subnet} via {w.ip(w.peer(site))} dev {dev}"])
+            in_ns(rt, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+            tc_batch(rt, [tbf_line(dev, w.rate_mbps, w.buffer_bytes, "wan")])
+            wan_lines.append(f"link set {peer} up")
+    ip_batch(names.wan_ns, wan_lines)
+
+
+def _start_wanem(topo: Topology, names: LabNames, wanem: str) -> int:
+    stats = names.state_dir / "wanem-stats.json"
+    cfg = {
+        "links": [
+            {"name": w.name, "a": N.wan_if(w.index, "a"), "b": N.wan_if(w.index, "b"),
+             "delay_us_ab": round(w.delay_ms_ab * 1000), "delay_us_ba": round(w.delay_ms_ba * 1000),
+             "loss_ab": w.loss, "loss_ba": w.loss}
+            for w in topo.wans
+        ],
+        "stats_path": str(stats), "stats_interval_ms": 500, "late_threshold_us": 200, "seed": 1,
+        "max_queue_bytes": 64 * 1024 * 1024,
+    }
+    path = names.state_dir / "wanem.json"
+    path.write_text(json.dumps(cfg, indent=1))
+    log = open(names.state_dir / "wanem.log", "w")
+    proc = subprocess.Popen(["ip", "netns", "exec", names.wan_ns, wanem, "--config", str(path), "--rt-priority", "10"],
+                            stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (names.state_dir / "wanem.log").read_text().strip().splitlines()
+            raise GridsplitError(f"the WAN delay line exited at start: {tail[-1] if tail else 'no output'}")
+        if stats.exists():
+            return proc.pid
+        time.sleep(0.05)
+    raise GridsplitError("the WAN delay line did not report within 10 s; see " + str(names.state_dir / "wanem.log"))
+
+
+# ---------------------------------------------------------------------------
+# down
+# ---------------------------------------------------------------------------
+
+
+def down(names: LabNames) -> list[str]:
+    """Remove every namespace, process and file of this lab; safe on a half-built lab."""
+    sysdeps.need_root("gridsplit lab down")
+    with _lock(names):
+        return _teardown(names)
+
+
+def _kill(pids: list[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in alive):
+            time.sleep(0.05)
+        pids = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _teardown(names: LabNames) -> list[str]:
+    removed = []
+    ours = [ns for ns in list_netns() if names.owns_ns(ns)]
+    # Every process living in one of our namespaces was started by the lab
+    # (daemons, MPI ranks, iperf3); stop those by PID before removing the namespaces.
+    pids: set[int] = set()
+    for ns in ours:
+        pids.update(netns_pids(ns))
+    if names.state_file.exists():
+        try:
+            data = json.loads(names.state_file.read_text())
+            pids.update(p for p in data.get("pids", {}).values() if isinstance(p, int))
+        except ValueError:
+            pass
+    pids.discard(os.getpid())
+    _kill(sorted(pids))
+    for ns in ours:
+        run(["ip", "netns", "del", ns], check=False)
+        removed.append(ns)
+    etc = Path("/etc/netns")
+    if etc.exists():
+        for d in etc.iterdir():
+            if names.owns_ns(d.name):
+                shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(names.state_dir, ignore_errors=True)
+    still = [ns for ns in list_netns() if names.owns_ns(ns)]
+    if still:
+        raise GridsplitError(f"could not remove namespaces {', '.join(still)}; a process may hold them (see `ip netns pids NS`)")
+    return removed

@@ -1,0 +1,84 @@
+"""Finding the programs gridsplit drives, and refusing clearly when one is missing.
+
+Every external tool is looked up here, with the Debian package (or make target)
+that provides it, so that a missing tool gives one line naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .errors import GridsplitError
+
+# tool -> how to get it
+TOOLS = {
+    "ip": "apt-get install iproute2",
+    "tc": "apt-get install iproute2",
+    "ethtool": "apt-get install ethtool",
+    "ping": "apt-get install iputils-ping",
+    "iperf3": "apt-get install iperf3",
+    "unshare": "apt-get install util-linux",
+    "nsenter": "apt-get install util-linux",
+    "hostname": "apt-get install hostname",
+    "mpiexec.mpich": "apt-get install mpich libmpich-dev",
+    "mpicc.mpich": "apt-get install mpich libmpich-dev",
+    "mpirun.openmpi": "apt-get install openmpi-bin libopenmpi-dev",
+    "mpicc.openmpi": "apt-get install openmpi-bin libopenmpi-dev",
+    "haproxy": "apt-get install haproxy",
+}
+
+# Binaries this repository builds -> where `make build` leaves them.
+BUILT = {
+    "gridsplit-wanem": "target/release/gridsplit-wanem",
+    "gridsplitd": "target/release/gridsplitd",
+    "libgridsplit.so": "build/libgridsplit.so",
+}
+
+
+def repo_root() -> Path | None:
+    """The source checkout this package runs from (editable install), if any."""
+    here = Path(__file__).resolve().parent
+    root = here.parent.parent
+    return root if (root / "Cargo.toml").exists() else None
+
+
+def need_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        fix = TOOLS.get(name, f"install {name}")
+        raise GridsplitError(f"required tool {name!r} not found in PATH; install it with: {fix} (or run `make demo`, which installs everything)")
+    return path
+
+
+def need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise GridsplitError(f"{what} needs root (it creates network namespaces and qdiscs); run it as root, e.g. `sudo gridsplit ...`")
+
+
+def built(name: str) -> str:
+    """Path of a binary built by this repository (env override: GRIDSPLIT_<NAME>)."""
+    env = "GRIDSPLIT_" + name.upper().replace("-", "_").replace(".", "_")
+    if os.environ.get(env):
+        p = Path(os.environ[env])
+        if not p.exists():
+            raise GridsplitError(f"{env}={p} does not exist; unset it or point it at a built {name}")
+        return str(p)
+    root = repo_root()
+    if root is not None and (root / BUILT[name]).exists():
+        return str(root / BUILT[name])
+    found = shutil.which(name)
+    if found:
+        return found
+    raise GridsplitError(f"{name} is not built; run `make build` in the gridsplit checkout (or set {env})")
+
+
+def mpi_program(impl: str, prog: str) -> str:
+    """Path of one of the repository's MPI programs built for `impl`."""
+    root = repo_root()
+    if root is not None:
+        p = root / "build" / "mpi" / impl / prog
+        if p.exists():
+            return str(p)
+    raise GridsplitError(f"MPI program {prog!r} for {impl} is not built; run `make build`")

@@ -1,0 +1,446 @@
+"""The topology model shared by lab, bench, netcheck and model.
+
+A topology is a set of sites (nodes behind one switch, an optional gateway host,
+a router) and WAN links between site pairs. It is written in TOML, validated
+here with errors that name the file, the field and the fix, and resolved into
+concrete hosts with addresses from one address plan. Everything downstream
+(namespaces, gateway configs, benchmarks, models) reads this one model, so a
+number such as an RTT is defined in exactly one place.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import GridsplitError
+
+PRESETS = ("paper", "g5k9", "mini")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
+
+# Linux's own defaults for a fresh host, used when a site says nothing.
+DEFAULT_TCP = {"rmem_max": 6291456, "wmem_max": 4194304, "congestion": "cubic", "sack": True}
+
+
+@dataclass(frozen=True)
+class TcpSettings:
+    """Per-site host TCP settings: the maxima of tcp_rmem/tcp_wmem and the CC."""
+
+    rmem_max: int
+    wmem_max: int
+    congestion: str
+    sack: bool
+
+    def sysctls(self) -> dict[str, str]:
+        """The per-namespace sysctls that realise these settings on a host."""
+        return {
+            "net.core.rmem_max": str(self.rmem_max),
+            "net.core.wmem_max": str(self.wmem_max),
+            "net.ipv4.tcp_rmem": f"4096 131072 {self.rmem_max}",
+            "net.ipv4.tcp_wmem": f"4096 16384 {self.wmem_max}",
+            "net.ipv4.tcp_congestion_control": self.congestion,
+            "net.ipv4.tcp_sack": "1" if self.sack else "0",
+        }
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    index: int  # 1-based, fixes the subnet
+    nodes: int
+    max_nodes: int | None
+    nic_mbps: float
+    switch_buffer_bytes: int
+    nic_queue_bytes: int
+    uplink_mbps: float
+    gateway: bool
+    tcp: TcpSettings
+    subnet: ipaddress.IPv4Network
+
+    @property
+    def router_ip(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 253
+
+    @property
+    def gateway_ip(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 254
+
+    def node_ip(self, k: int) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + k
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine of the grid: a compute node or a site gateway."""
+
+    name: str  # e.g. "bordeaux-3", "sophia-gw"
+    site: str
+    role: str  # "node" | "gateway"
+    ip: ipaddress.IPv4Address
+    nic_mbps: float
+
+
+@dataclass(frozen=True)
+class WanLink:
+    index: int  # 0-based, fixes the /30
+    a: str
+    b: str
+    delay_ms_ab: float
+    delay_ms_ba: float
+    rate_mbps: float
+    buffer_bytes: int
+    loss: float
+    subnet: ipaddress.IPv4Network
+
+    @property
+    def rtt_ms(self) -> float:
+        return self.delay_ms_ab + self.delay_ms_ba
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
+
+    def ip(self, site: str) -> ipaddress.IPv4Address:
+        """The address of `site`'s router on this link."""
+        return self.subnet.network_address + (1 if site == self.a else 2)
+
+    def peer(self, site: str) -> str:
+        return self.b if site == self.a else self.a
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    description: str
+    source: str
+    sites: tuple[Site, ...]
+    wans: tuple[WanLink, ...]
+    sites_block: ipaddress.IPv4Network
+    wan_block: ipaddress.IPv4Network
+
+    # -- lookups ---------------------------------------------------------
+    def site(self, name: str) -> Site:
+        for s in self.sites:
+            if s.name == name:
+                return s
+        raise GridsplitError(f"no site named {name!r} in topology {self.name!r}; sites: {', '.join(s.name for s in self.sites)}")
+
+    def hosts(self) -> list[Host]:
+        out = []
+        for s in self.sites:
+            for k in range(1, s.nodes + 1):
+                out.append(Host(f"{s.name}-{k}", s.name, "node", s.node_ip(k), s.nic_mbps))
+            if s.gateway:
+                out.append(Host(f"{s.name}-gw", s.name, "gateway", s.gateway_ip, s.nic_mbps))
+        return out
+
+    def nodes(self) -> list[Host]:
+        return [h for h in self.hosts() if h.role == "node"]
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts():
+            if h.name == name or str(h.ip) == name:
+                return h
+        names = [h.name for h in self.hosts()]
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f"; hosts: {', '.join(names[:8])}{' …' if len(names) > 8 else ''}"
+        raise GridsplitError(f"no host named {name!r} in the lab{hint}")
+
+    def wan(self, a: str, b: str) -> WanLink:
+        for w in self.wans:
+            if {w.a, w.b} == {a, b}:
+                return w
+        raise GridsplitError(f"no WAN link between {a} and {b} in topology {self.name!r}")
+
+    def rtt_ms(self, a: str, b: str) -> float:
+        """Configured round-trip propagation delay between two sites (0 within a site)."""
+        return 0.0 if a == b else self.wan(a, b).rtt_ms
+
+    def bottleneck_mbps(self, src: Host, dst: Host) -> float:
+        """The slowest configured rate on the path from src to dst."""
+        rates = [src.nic_mbps, dst.nic_mbps]
+        if src.site != dst.site:
+            rates += [self.site(src.site).uplink_mbps, self.wan(src.site, dst.site).rate_mbps]
+        return min(rates)
+
+    def with_nodes(self, n: int) -> "Topology":
+        """The same topology with `n` nodes on its variable sites (those with max_nodes), or on every site."""
+        variable = [s for s in self.sites if s.max_nodes is not None] or list(self.sites)
+        sites = []
+        for s in self.sites:
+            if s in variable:
+                limit = s.max_nodes or 250
+                if not 1 <= n <= limit:
+                    raise GridsplitError(f"--nodes {n}: site {s.name} of topology {self.name!r} takes 1 to {limit} nodes")
+                s = replace(s, nodes=n)
+            sites.append(s)
+        return replace(self, sites=tuple(sites))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description (stored in the lab state, embedded in results)."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "sites": [
+                {
+                    "name": s.name, "nodes": s.nodes, "nic_mbps": s.nic_mbps,
+                    "switch_buffer_bytes": s.switch_buffer_bytes, "nic_queue_bytes": s.nic_queue_bytes,
+                    "uplink_mbps": s.uplink_mbps, "gateway": s.gateway, "subnet": str(s.subnet),
+                    "tcp": {"rmem_max": s.tcp.rmem_max, "wmem_max": s.tcp.wmem_max,
+                            "congestion": s.tcp.congestion, "sack": s.tcp.sack},
+                }
+                for s in self.sites
+            ],
+            "wan": [
+                {"a": w.a, "b": w.b, "delay_ms_ab": w.delay_ms_ab, "delay_ms_ba": w.delay_ms_ba,
+                 "rate_mbps": w.rate_mbps, "buffer_bytes": w.buffer_bytes, "loss": w.loss,
+                 "subnet": str(w.subnet)}
+                for w in self.wans
+            ],
+        }
+
+
+# ---------------------------------------------------------------------------
+# Loading and validation
+# ---------------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads typed fields from a TOML table, raising errors that name file and field."""
+
+    def __init__(self, src: str, path: str, table: Any, allowed: tuple[str, ...]):
+        self.src, self.path = src, path
+        if not isinstance(table, dict):
+            self.fail("", f"must be a table, got {type(table).__name__}")
+        self.table = table
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
+                self.fail(key, f"unknown key; {hint}")
+
+    def fail(self, key: str, why: str) -> None:
+        where = f"{self.path}.{key}" if self.path and key else (self.path or key)
+        raise GridsplitError(f"{self.src}: {where}: {why}")
+
+    def has(self, key: str) -> bool:
+        return key in self.table
+
+    def number(self, key: str, default: float | None = None, *, positive: bool = True,
+               lo: float | None = None, hi: float | None = None, example: str = "") -> float:
+        if key not in self.table:
+            if default is None:
+                self.fail(key, f"is required{'; e.g. ' + example if example else ''}")
+            return default
+        v = self.table[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.fail(key, f"must be a number, got {v!r}{'; e.g. ' + example if example else ''}")
+        if positive and v <= 0:
+            self.fail(key, f"must be > 0, got {v!r}")
+        if lo is not None and v < lo:
+            self.fail(key, f"must be ≥ {lo}, got {v!r}")
+        if hi is not None and v > hi:
+            self.fail(key, f"must be ≤ {hi}, got {v!r}")
+        return v
+
+    def integer(self, key: str, default: int | None = None, **kw: Any) -> int:
+        v = self.number(key, default, **kw)
+        if isinstance(v, float) and not v.is_integer():
+            self.fail(key, f"must be a whole number, got {v!r}")
+        return int(v)
+
+    def string(self, key: str, default: str | None = None, choices: tuple[str, ...] = ()) -> str:
+        if key not in self.table:
+            if default is None:
+                self.fail(key, "is required")
+            return default
+        v = self.table[key]
+        if not isinstance(v, str):
+            self.fail(key, f"must be a string, got {v!r}")
+        if choices and v not in choices:
+            self.fail(key, f"must be one of {', '.join(choices)}, got {v!r}")
+        return v
+
+    def boolean(self, key: str, default: bool) -> bool:
+        v = self.table.get(key, default)
+        if not isinstance(v, bool):
+            self.fail(key, f"must be true or false, got {v!r}")
+        return v
+
+    def network(self, key: str, default: str, min_prefix: int) -> ipaddress.IPv4Network:
+        raw = self.string(key, default)
+        try:
+            net = ipaddress.IPv4Network(raw)
+        except ValueError:
+            self.fail(key, f"{raw!r} is not an IPv4 prefix with host bits clear; e.g. \"10.71.0.0/16\"")
+        if net.prefixlen > min_prefix:
+            self.fail(key, f"{raw} is too small; use a /{min_prefix} or larger")
+        if not net.is_private:
+            self.fail(key, f"{raw} is not a private range; lab addresses must stay private (e.g. 10.71.0.0/16)")
+        return net
+
+
+SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
+             "uplink_mbps", "gateway", "tcp")
+TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
+WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
+TOP_KEYS = ("name", "description", "addressing", "defaults", "site", "wan")
+DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
+
+
+def _tcp(src: str, path: str, table: Any, base: TcpSettings) -> TcpSettings:
+    r = _Reader(src, path, table, TCP_KEYS)
+    return TcpSettings(
+        rmem_max=r.integer("rmem_max", base.rmem_max, lo=4096),
+        wmem_max=r.integer("wmem_max", base.wmem_max, lo=4096),
+        congestion=r.string("congestion", base.congestion, CONGESTION_CONTROLS),
+        sack=r.boolean("sack", base.sack),
+    )
+
+
+def parse_topology(data: dict[str, Any], src: str) -> Topology:
+    """Validate a parsed TOML document and resolve it into a Topology."""
+    top = _Reader(src, "", data, TOP_KEYS)
+    name = top.string("name", Path(src).stem)
+    addressing = _Reader(src, "addressing", data.get("addressing", {}), ("sites", "wan"))
+    sites_block = addressing.network("sites", "10.71.0.0/16", 20)
+    wan_block = addressing.network("wan", "10.72.0.0/16", 24)
+    if sites_block.overlaps(wan_block):
+        addressing.fail("wan", f"{wan_block} overlaps addressing.sites {sites_block}; pick disjoint ranges")
+
+    d = _Reader(src, "defaults", data.get("defaults", {}), DEFAULT_KEYS)
+    dnic = d.number("nic_mbps", 1000.0, hi=100000)
+    dbuf = d.integer("switch_buffer_bytes", 262144, lo=1514)
+    dq = d.integer("nic_queue_bytes", 1048576, lo=1514)
+    dup = d.number("uplink_mbps", 0.0, positive=False, lo=0)
+    dgw = d.boolean("gateway", False)
+    dtcp = _tcp(src, "defaults.tcp", d.table.get("tcp", {}), TcpSettings(**DEFAULT_TCP))
+    dwrate = d.number("wan_rate_mbps", 1000.0, hi=100000)
+    dwbuf = d.integer("wan_buffer_bytes", 4 * 1048576, lo=1514)
+
+    raw_sites = data.get("site")
+    if not isinstance(raw_sites, list) or not raw_sites:
+        top.fail("site", "at least one [[site]] table is required")
+    subnets = list(sites_block.subnets(new_prefix=24))
+    raw_wans = data.get("wan", [])
+    if not isinstance(raw_wans, list):
+        top.fail("wan", "must be an array of [[wan]] tables")
+
+    # The uplink defaults to the fastest WAN link of the site, so the switch
+    # uplink is never an accidental bottleneck; read WANs' rates first for that.
+    sites: list[Site] = []
+    for i, raw in enumerate(raw_sites):
+        path = f"site[{i}]"
+        r = _Reader(src, path, raw, SITE_KEYS)
+        sname = r.string("name")
+        if not NAME_RE.match(sname):
+            r.fail("name", f"{sname!r} must be 1-12 lowercase letters/digits starting with a letter (it becomes part of namespace names)")
+        if any(s.name == sname for s in sites):
+            r.fail("name", f"site {sname!r} is defined twice")
+        max_nodes = r.integer("max_nodes", 0, positive=False, lo=0, hi=250) or None
+        nodes = r.integer("nodes", 1, lo=0, hi=250, positive=False)
+        if max_nodes is not None and nodes > max_nodes:
+            r.fail("nodes", f"{nodes} exceeds max_nodes = {max_nodes}")
+        gateway = r.boolean("gateway", dgw)
+        if nodes == 0 and not gateway:
+            r.fail("nodes", "a site needs at least one node or a gateway")
+        if i + 1 >= len(subnets):
+            r.fail("name", f"too many sites for addressing.sites {sites_block}")
+        sites.append(Site(
+            name=sname, index=i + 1, nodes=nodes, max_nodes=max_nodes,
+            nic_mbps=r.number("nic_mbps", dnic, hi=100000, example="nic_mbps = 1000"),
+            switch_buffer_bytes=r.integer("switch_buffer_bytes", dbuf, lo=1514, example="switch_buffer_bytes = 262144"),
+            nic_queue_bytes=r.integer("nic_queue_bytes", dq, lo=1514),
+            uplink_mbps=r.number("uplink_mbps", dup, positive=False, lo=0, hi=100000),
+            gateway=gateway,
+            tcp=_tcp(src, f"{path}.tcp", raw.get("tcp", {}), dtcp),
+            subnet=subnets[i + 1],
+        ))
+
+    names = [s.name for s in sites]
+    wan_subnets = wan_block.subnets(new_prefix=30)
+    wans: list[WanLink] = []
+    for j, raw in enumerate(raw_wans):
+        path = f"wan[{j}]"
+        r = _Reader(src, path, raw, WAN_KEYS)
+        pair = raw.get("sites")
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            r.fail("sites", 'must name two sites, e.g. sites = ["bordeaux", "sophia"]')
+        a, b = pair
+        for x in (a, b):
+            if x not in names:
+                close = difflib.get_close_matches(x, names, n=1)
+                r.fail("sites", f"unknown site {x!r}" + (f" (did you mean {close[0]!r}?)" if close else f"; sites: {', '.join(names)}"))
+        if a == b:
+            r.fail("sites", f"a WAN link joins two different sites, got {a!r} twice")
+        if any({w.a, w.b} == {a, b} for w in wans):
+            r.fail("sites", f"a second WAN link between {a} and {b}; one per site pair")
+        given = [k for k in ("delay_ms", "rtt_ms", "delay_ms_ab") if r.has(k)]
+        if len(given) != 1:
+            r.fail("delay_ms", "give exactly one of delay_ms (one way, both directions), rtt_ms, or delay_ms_ab with delay_ms_ba")
+        if r.has("rtt_ms"):
+            ab = ba = r.number("rtt_ms", hi=10000) / 2
+        elif r.has("delay_ms"):
+            ab = ba = r.number("delay_ms", hi=5000)
+        else:
+            ab = r.number("delay_ms_ab", hi=5000)
+            ba = r.number("delay_ms_ba", hi=5000)
+        try:
+            subnet = next(wan_subnets)
+        except StopIteration:
+            r.fail("sites", f"too many WAN links for addressing.wan {wan_block}")
+        wans.append(WanLink(
+            index=j, a=a, b=b, delay_ms_ab=ab, delay_ms_ba=ba,
+            rate_mbps=r.number("rate_mbps", dwrate, hi=100000),
+            buffer_bytes=r.integer("buffer_bytes", dwbuf, lo=1514),
+            loss=r.number("loss", 0.0, positive=False, lo=0.0, hi=0.5),
+            subnet=subnet,
+        ))
+
+    # Every pair of sites must be joined: routers form a full mesh and the
+    # gateways' WAN links follow it.
+    for x, y in itertools.combinations(names, 2):
+        if not any({w.a, w.b} == {x, y} for w in wans):
+            top.fail("wan", f"no [[wan]] link between {x} and {y}; every site pair needs one (full mesh)")
+
+    resolved = []
+    for s in sites:
+        if s.uplink_mbps == 0:
+            rates = [w.rate_mbps for w in wans if s.name in (w.a, w.b)] or [s.nic_mbps]
+            s = replace(s, uplink_mbps=max(rates))
+        resolved.append(s)
+
+    return Topology(
+        name=name, description=top.string("description", ""), source=src,
+        sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block,
+    )
+
+
+def load_topology(spec: str, nodes: int | None = None) -> Topology:
+    """Load a preset by name (paper, g5k9, mini) or a TOML file by path."""
+    if spec in PRESETS:
+        text = resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
+        src = f"preset {spec}"
+    else:
+        p = Path(spec)
+        if not p.exists():
+            raise GridsplitError(f"topology {spec!r}: no such preset or file; presets: {', '.join(PRESETS)}")
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise GridsplitError(f"{spec}: cannot read: {e}") from None
+        src = str(p)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise GridsplitError(f"{src}: not valid TOML: {e}") from None
+    topo = parse_topology(data, src)
+    return topo.with_nodes(nodes) if nodes is not None else topo
