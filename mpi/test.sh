@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Single-machine acceptance test behind `make -C mpi test`: runs every
+# benchmark with 4 ranks under MPICH and Open MPI with --check and small
+# sizes, and also proves the negative paths (corrupted payload -> exit 1 and
+# verified:false, bad flag -> exit 2), so a green run means the verifier can
+# actually fail. Each launch is capped at 120 s.
+set -u
+
+BUILD=${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build/mpi}
+NP=4
+SIZES=0,1,1K,100K
+NSIZES=4
+REPS=20
+WARMUP=2
+T="timeout 120"
+
+ROOTFLAG=()
+[ "$(id -u)" = 0 ] && ROOTFLAG=(--allow-run-as-root)
+launcher() { # impl [fault] -> launch command, one word per line
+    case $1 in
+    mpich) printf '%s\n' mpiexec.mpich -n "$NP" ;; # hydra forwards the environment
+    openmpi)
+        printf '%s\n' mpirun.openmpi "${ROOTFLAG[@]}" --oversubscribe \
+            --mca pml ob1 --mca btl tcp,self,vader -n "$NP"
+        [ "${2:-}" = fault ] && printf '%s\n' -x GRIDSPLIT_MPI_FAULT
+        ;;
+    esac
+    return 0
+}
+
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); printf 'ok    %s\n' "$1"; }
+ko() { fail=$((fail + 1)); printf 'FAIL  %s\n' "$1"; [ -n "${2:-}" ] && sed 's/^/      | /' "$2" | head -20; }
+
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+# check_json FILE IMPL OP VERIFIED NLINES: every stdout line is one JSON
+# object with the expected fields and verdict, and there are NLINES of them.
+check_json() {
+    python3 - "$@" <<'EOF'
+import json, sys
+path, impl, op, verified, nlines = sys.argv[1:6]
+want = {"true": True, "false": False}[verified]
+lines = [l for l in open(path).read().splitlines() if l.strip()]
+assert len(lines) == int(nlines), f"{len(lines)} lines, want {nlines}"
+keys = {"op", "impl", "impl_version", "ranks", "size_bytes", "reps", "warmup",
+        "timing", "total_s", "mean_s", "min_s", "median_s", "max_s", "verified"}
+for l in lines:
+    d = json.loads(l)
+    missing = keys - d.keys()
+    assert not missing, f"missing {missing}"
+    assert d["op"] == op and d["impl"] == impl, l
+    assert d["verified"] is want, f"verified={d['verified']}"
+    assert d["ranks"] == 4 and d["reps"] == 20 and d["warmup"] == 2, l
+    assert 0 <= d["min_s"] <= d["median_s"] <= d["max_s"], l
+    assert d["impl_version"], l
+    if op == "pingpong":
+        assert "bandwidth_MBps" in d, l
+EOF
+}
+
+run_case() { # impl prog op(for report) extra-args...
+    local impl=$1 prog=$2 op=$3
+    shift 3
+    local name="$impl $op" log="$OUT/$impl-$op"
+    mapfile -t L < <(launcher "$impl")
+    $T "${L[@]}" "$BUILD/$impl/$prog" "$@" -s $SIZES -r $REPS -w $WARMUP --check \
+        >"$log.out" 2>"$log.err"
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        ko "$name: exit $rc" "$log.err"
+        return
+    fi
+    if check_json "$log.out" "$impl" "$op" true $NSIZES 2>"$log.py"; then
+        ok "$name: $NSIZES sizes verified"
+    else
+        cat "$log.out" >>"$log.py"
+        ko "$name: bad output" "$log.py"
+    fi
+}
+
+run_fault() { # a corrupted payload must give exit 1 and verified:false
+    local impl=$1 prog=$2 op=$3
+    shift 3
+    local name="$impl $op fault-injection" log="$OUT/$impl-$op-fault"
+    mapfile -t L < <(launcher "$impl" fault)
+    GRIDSPLIT_MPI_FAULT=1 $T "${L[@]}" "$BUILD/$impl/$prog" "$@" -s 1K -r $REPS -w $WARMUP \
+        --check >"$log.out" 2>"$log.err"
+    local rc=$?
+    if [ $rc -ne 1 ]; then
+        ko "$name: exit $rc, want 1" "$log.err"
+    elif ! check_json "$log.out" "$impl" "$op" false 1 2>"$log.py"; then
+        ko "$name: bad output" "$log.py"
+    elif ! grep -q "wrong at byte" "$log.err"; then
+        ko "$name: no diagnostic on stderr" "$log.err"
+    else
+        ok "$name: detected"
+    fi
+}
+
+for impl in mpich openmpi; do
+    for p in gather pingpong; do
+        run_case "$impl" "$p" "$p"
+        run_fault "$impl" "$p" "$p"
+    done
+    for op in scatter bcast alltoall gather_mpi; do
+        run_case "$impl" coll "$op" -o "$op"
+        run_fault "$impl" coll "$op" -o "$op"
+    done
+
+    # OSU mode: header lines start with '#', one row per size, all "pass".
+    mapfile -t L < <(launcher "$impl")
+    log="$OUT/$impl-osu"
+    if $T "${L[@]}" "$BUILD/$impl/gather" --osu -s $SIZES -r $REPS -w $WARMUP --check \
+        >"$log.out" 2>"$log.err" &&
+        [ "$(grep -vc '^#' "$log.out")" = $NSIZES ] &&
+        [ "$(grep -v '^#' "$log.out" | grep -c ' pass$')" = $NSIZES ]; then
+        ok "$impl gather --osu"
+    else
+        ko "$impl gather --osu" "$log.out"
+    fi
+
+    # Bad flag: exit 2 and exactly one line from the program on stderr.
+    log="$OUT/$impl-usage"
+    $T "${L[@]}" "$BUILD/$impl/gather" -s 12Q >"$log.out" 2>"$log.err"
+    rc=$?
+    if [ $rc = 2 ] && [ "$(grep -c '^gather: ' "$log.err")" = 1 ] && [ ! -s "$log.out" ]; then
+        ok "$impl bad flag: exit 2, one line"
+    else
+        ko "$impl bad flag: exit $rc" "$log.err"
+    fi
+done
+
+# The study's traffic is TCP: make sure MPICH's UCX TCP path works too.
+mapfile -t L < <(launcher mpich)
+log="$OUT/mpich-tcp"
+if UCX_TLS=tcp,self $T "${L[@]}" "$BUILD/mpich/gather" -s $SIZES -r $REPS -w $WARMUP --check \
+    >"$log.out" 2>"$log.err" && check_json "$log.out" mpich gather true $NSIZES 2>"$log.py"; then
+    ok "mpich gather over UCX_TLS=tcp,self"
+else
+    ko "mpich gather over UCX_TLS=tcp,self" "$log.err"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
