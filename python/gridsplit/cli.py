@@ -15,8 +15,10 @@ from rich.console import Console
 
 from .errors import GridsplitError
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+# Tables stay readable when piped or logged: rich would otherwise wrap at 80 columns.
+_width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "140"))
+err = Console(stderr=True, highlight=False, width=_width)
+out = Console(highlight=False, width=_width)
 
 
 class Group(click.Group):

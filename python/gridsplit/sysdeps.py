@@ -30,10 +30,11 @@ TOOLS = {
 }
 
 # Binaries this repository builds -> where `make build` leaves them.
+# binary -> (where `make build` leaves it, environment variable that overrides it)
 BUILT = {
-    "gridsplit-wanem": "target/release/gridsplit-wanem",
-    "gridsplitd": "target/release/gridsplitd",
-    "libgridsplit.so": "build/libgridsplit.so",
+    "gridsplit-wanem": ("target/release/gridsplit-wanem", "GRIDSPLIT_WANEM"),
+    "gridsplitd": ("target/release/gridsplitd", "GRIDSPLITD"),
+    "libgridsplit.so": ("build/libgridsplit.so", "GRIDSPLIT_LIB"),
 }
 
 
@@ -58,16 +59,16 @@ def need_root(what: str) -> None:
 
 
 def built(name: str) -> str:
-    """Path of a binary built by this repository (env override: GRIDSPLIT_<NAME>)."""
-    env = "GRIDSPLIT_" + name.upper().replace("-", "_").replace(".", "_")
+    """Path of a binary built by this repository, or of the one its variable names."""
+    rel, env = BUILT[name]
     if os.environ.get(env):
         p = Path(os.environ[env])
         if not p.exists():
             raise GridsplitError(f"{env}={p} does not exist; unset it or point it at a built {name}")
         return str(p)
     root = repo_root()
-    if root is not None and (root / BUILT[name]).exists():
-        return str(root / BUILT[name])
+    if root is not None and (root / rel).exists():
+        return str(root / rel)
     found = shutil.which(name)
     if found:
         return found

@@ -40,13 +40,17 @@ class TcpSettings:
     sack: bool
 
     def sysctls(self) -> dict[str, str]:
-        """The per-namespace sysctls that realise these settings on a host."""
+        """The per-namespace sysctls that realise these settings on a host.
+
+        The congestion control is not among them: a non-initial namespace may only
+        pick one of the host's allowed algorithms, so the lab sets it per route
+        (`congctl`), which has no such restriction.
+        """
         return {
             "net.core.rmem_max": str(self.rmem_max),
             "net.core.wmem_max": str(self.wmem_max),
             "net.ipv4.tcp_rmem": f"4096 131072 {self.rmem_max}",
             "net.ipv4.tcp_wmem": f"4096 16384 {self.wmem_max}",
-            "net.ipv4.tcp_congestion_control": self.congestion,
             "net.ipv4.tcp_sack": "1" if self.sack else "0",
         }
 

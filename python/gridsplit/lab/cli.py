@@ -106,6 +106,9 @@ def exec_(host: str, cmd: tuple[str, ...]) -> None:
     state = realize.load_state(_names())
     h = state.topo.host(host)
     from .mpi import launcher
+    cmd = cmd[1:] if cmd and cmd[0] == "--" else cmd
+    if not cmd:
+        raise GridsplitError("no command given; usage: gridsplit lab exec HOST -- CMD ARGS")
     rc = subprocess.call([str(launcher(state)), "--exec", h.name, *cmd])
     sys.exit(rc)
 
@@ -144,6 +147,7 @@ def mpirun(impl: str, nprocs: int | None, hosts: str | None, timeout: float | No
     from .mpi import mpirun as run_mpi
     state = realize.load_state(_names())
     hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
+    prog = prog[1:] if prog and prog[0] == "--" else prog
     cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), timeout=timeout)
     sys.exit(cp.returncode)
 

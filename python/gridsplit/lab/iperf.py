@@ -128,7 +128,7 @@ def udp_flood(state: LabState, flows: list[tuple[Host, Host, float]], seconds: f
             port = int(srv.args[srv.args.index("-p") + 1])
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", state.ns(src), "iperf3", "-u", "-c", str(dst.ip), "-p", str(port),
-                 "-b", f"{mbps:.2f}M", "-l", "1400", "-t", str(seconds)],
+                 "-b", f"{mbps:.2f}M", "-l", "1400", "-t", str(seconds), "--pacing-timer", "200"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield
     finally:

@@ -64,7 +64,7 @@ class LabNames:
 # Interface names inside namespaces (only unique per namespace).
 HOST_IF = "eth0"
 BRIDGE = "br0"
-SW_UPLINK = "up"
+SW_UPLINK = "uplink"
 RT_LAN = "lan0"
 
 

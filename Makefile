@@ -1,0 +1,60 @@
+# gridsplit: the two set-up commands of the README.
+#   make demo   install what is missing, build, bring up the default lab, measure across sites
+#   make test   install what is missing, build, run every test (Rust, C, Python, lab integration)
+# Both are idempotent and stop at the first failing step with a message naming it.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PY ?= python3
+APT_PKGS := mpich libmpich-dev openmpi-bin libopenmpi-dev iperf3 ethtool iproute2 iputils-ping \
+            util-linux hostname procps haproxy build-essential pkg-config
+export GRIDSPLIT_LAB_PREFIX ?= gs
+
+.PHONY: all deps build demo test test-rust test-c test-py clean
+all: build
+
+step = @printf '\n\033[1m== %s\033[0m\n' "$(1)"
+
+deps:
+	$(call step,dependencies: Debian packages, Rust toolchain, Python package)
+	@if [ "$$(id -u)" != 0 ]; then echo "make: run as root (the lab creates network namespaces): sudo make ..." >&2; exit 1; fi
+	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -q >/dev/null || { echo "make deps: apt-get update failed; check the Debian mirror" >&2; exit 1; }; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || { echo "make deps: apt-get install failed for: $$missing" >&2; exit 1; }; \
+	else echo "Debian packages: all present"; fi
+	@command -v cargo >/dev/null || { echo "installing Debian's cargo (Rust >= 1.75 is needed; rustup's toolchain is preferred)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q cargo >/dev/null; }
+	@$(PY) -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]' \
+	  || { echo "make deps: pip install of the gridsplit package failed" >&2; exit 1; }
+	@echo "gridsplit CLI: $$(command -v gridsplit)"
+
+build: deps
+	$(call step,build: Rust daemons, C node library, MPI programs)
+	cargo build --release --quiet
+	$(MAKE) --no-print-directory -C mpi all
+	@if [ -f preload/Makefile ]; then $(MAKE) --no-print-directory -C preload all; fi
+
+demo: build
+	$(call step,demo: the paper's platform (seed 000 §10.2, scaled) on this machine)
+	gridsplit lab down
+	gridsplit lab up --topology paper --nodes 4
+	$(call step,demo: lab fidelity check)
+	gridsplit lab check
+	$(call step,demo: a first cross-site measurement: MPI gather of 100 KB from 4 bordeaux nodes to the sophia root)
+	gridsplit lab counters bordeaux-1 sophia-1 -- gridsplit lab mpirun --impl mpich \
+	  --hosts sophia-1,bordeaux-1,bordeaux-2,bordeaux-3,bordeaux-4 -- build/mpi/mpich/gather -s 100K -r 50
+	@echo; echo "The lab stays up: gridsplit lab status | gridsplit lab exec HOST -- CMD | gridsplit lab down"
+
+test: build
+	$(call step,tests: Rust)
+	cargo test --release --quiet --workspace
+	@if [ -f preload/Makefile ]; then printf '\n== tests: C node library\n'; $(MAKE) --no-print-directory -C preload test; fi
+	$(call step,tests: MPI programs on one machine)
+	$(MAKE) --no-print-directory -C mpi test
+	$(call step,tests: Python (topology, CLI, lab integration with real namespaces and MPI))
+	GRIDSPLIT_LAB_PREFIX=gst $(PY) -m pytest -q tests
+
+clean:
+	rm -rf build target
