@@ -1,0 +1,209 @@
+/*
+ * gs_internal.h - declarations shared by the files of libgridsplit.so: the parsed
+ * site configuration (config.c), the per-fd state table and the handles on the real
+ * libc functions (gridsplit.c), used by the connecting side (gridsplit.c) and the
+ * accepting side (accept.c). Nothing here is exported from the shared object: the
+ * library is built with -fvisibility=hidden and only the interposed libc symbols are
+ * marked GS_EXPORT.
+ */
+#ifndef GS_INTERNAL_H
+#define GS_INTERNAL_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "gridsplit_proto.h"
+
+#define GS_EXPORT __attribute__((visibility("default")))
+#define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---------------------------------------------------------------- config.c */
+
+#define GS_MAX_SITES 256
+#define GS_SITE_NAME_MAX 64
+
+/* An IP address in wire form: family GS_FAMILY_V4 (address in a[0..3]) or
+ * GS_FAMILY_V6. IPv4-mapped IPv6 addresses are always normalised to V4 so that an
+ * AF_INET6 dual-stack socket is classified like an AF_INET one. */
+struct gs_addr {
+    int family;
+    uint8_t a[16];
+};
+
+struct gs_prefix {
+    struct gs_addr net; /* host bits cleared */
+    int len;
+};
+
+struct gs_site {
+    char name[GS_SITE_NAME_MAX];
+    struct gs_prefix subnet;
+    int has_gw;
+    struct gs_addr gw; /* host part of gateway_lan */
+    uint16_t gw_port;
+    int line; /* line of the [[site]] header, for messages */
+};
+
+struct gs_config {
+    int nsites;
+    int own; /* index of the own site in site[], -1 until chosen */
+    struct gs_site site[GS_MAX_SITES];
+};
+
+/* Parse the documented TOML subset. On error returns -1 and writes a message that
+ * starts with "line N: " into err. */
+int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *err,
+                    size_t errlen);
+/* Choose the own site: by name when site_name is non-NULL, else from the host's
+ * interface addresses. Returns -1 with a message on failure. */
+int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
+                        size_t errlen);
+/* Read path, parse it, pick the own site. */
+int gs_config_load(const char *path, const char *site_name, struct gs_config *cfg,
+                   char *err, size_t errlen);
+/* Index of the site a connection to dst must be redirected to, or -1 when the
+ * connection is left alone (own site, loopback, unknown network). */
+int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
+/* Non-zero when a is the host part of the own site's gateway_lan. */
+int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *a);
+
+int gs_prefix_contains(const struct gs_prefix *p, const struct gs_addr *a);
+/* sockaddr -> gs_addr (+port in host order). Returns -1 if not AF_INET/AF_INET6 or
+ * too short. */
+int gs_sockaddr_to_addr(const struct sockaddr *sa, socklen_t len, struct gs_addr *out,
+                        uint16_t *port);
+/* gs_addr+port -> sockaddr of the given socket family (AF_INET or AF_INET6; an IPv4
+ * address in an AF_INET6 socket becomes ::ffff:a.b.c.d). Returns the length, or 0
+ * when the address cannot be expressed in that family. */
+socklen_t gs_addr_to_sockaddr(const struct gs_addr *a, uint16_t port, int sock_family,
+                              struct sockaddr_storage *out);
+/* "a.b.c.d:port" or "[v6]:port" for log lines. */
+void gs_addr_format(const struct gs_addr *a, uint16_t port, char *buf, size_t len);
+
+/* ------------------------------------------------------------ gridsplit.c */
+
+/* Handles on the next definition (normally glibc's) of every interposed function,
+ * resolved once with dlsym(RTLD_NEXT). */
+struct gs_real {
+    int (*connect)(int, const struct sockaddr *, socklen_t);
+    int (*accept)(int, struct sockaddr *, socklen_t *);
+    int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+    int (*getpeername)(int, struct sockaddr *, socklen_t *);
+    int (*getsockopt)(int, int, int, void *, socklen_t *);
+    int (*close)(int);
+    int (*dup)(int);
+    int (*dup2)(int, int);
+    int (*dup3)(int, int, int);
+    int (*fcntl)(int, int, ...);
+    int (*fcntl64)(int, int, ...);
+    ssize_t (*read)(int, void *, size_t);
+    ssize_t (*write)(int, const void *, size_t);
+    ssize_t (*readv)(int, const struct iovec *, int);
+    ssize_t (*writev)(int, const struct iovec *, int);
+    ssize_t (*send)(int, const void *, size_t, int);
+    ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+    ssize_t (*sendmsg)(int, const struct msghdr *, int);
+    ssize_t (*recv)(int, void *, size_t, int);
+    ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+    ssize_t (*recvmsg)(int, struct msghdr *, int);
+    ssize_t (*read_chk)(int, void *, size_t, size_t);
+    ssize_t (*recv_chk)(int, void *, size_t, size_t, int);
+    ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
+                            socklen_t *);
+};
+extern struct gs_real gs_real;
+void gs_resolve_real(void);
+/* Normally resolved by the constructor; the check covers calls made by other
+ * libraries' constructors that run before ours. */
+#define REAL(fn) (GS_LIKELY(gs_real.fn != NULL) ? gs_real.fn : (gs_resolve_real(), gs_real.fn))
+
+/* Per-fd state. The table is two-level: gs_table[fd >> GS_CHUNK_BITS] points to a
+ * chunk of GS_CHUNK slots, allocated the first time an fd of that range is
+ * redirected or accepted from a gateway. A process that never redirects anything
+ * never allocates a chunk, and the fast path of every wrapper is one or two atomic
+ * loads. Chunks are never freed, so a slot pointer stays valid for the life of the
+ * process even if another thread closes the fd meanwhile. */
+#define GS_CHUNK_BITS 10
+#define GS_CHUNK (1u << GS_CHUNK_BITS)
+#define GS_MAX_FD (1u << 20) /* Linux's default fs.nr_open ceiling */
+
+/* Bits of gs_slot.flags. Zero means "not ours": the wrapper calls libc directly. */
+#define GS_F_IO 1   /* handshake pending or failed: I/O calls must go through the gate */
+#define GS_F_PEER 2 /* getpeername()/accept() must report slot.peer */
+
+enum gs_phase {
+    GS_P_NONE = 0,
+    GS_P_LAN,      /* non-blocking connect to the gateway in progress */
+    GS_P_REQ,      /* LAN connected, GSq1 (partly) sent */
+    GS_P_REPLY,    /* GSq1 sent, waiting for (the rest of) GSa1 */
+    GS_P_OK,       /* GSa1 status 0: plain relayed stream from now on */
+    GS_P_FAILED,   /* GSa1 error, gateway unreachable or timeout: err holds errno */
+    GS_P_ACCEPTED, /* accepted from a gateway: peer holds the GSo1 origin */
+};
+
+struct gs_slot {
+    _Atomic uint8_t flags;
+    uint8_t phase;
+    uint8_t req_sent;
+    uint8_t rep_got;
+    uint8_t err_reported; /* SO_ERROR already returned err once */
+    int err;
+    dev_t dev; /* identity of the socket, to detect fds closed behind our back */
+    ino_t ino;
+    pthread_mutex_t mu; /* held only for non-blocking work, never across a wait */
+    struct gs_request req;
+    uint8_t rep[sizeof(struct gs_reply)];
+    socklen_t peerlen;
+    struct sockaddr_storage peer; /* original destination / original source */
+};
+
+extern _Atomic(struct gs_slot *) gs_table[GS_MAX_FD >> GS_CHUNK_BITS];
+
+/* Fast path: the slot of fd if it is tracked (any flag), else NULL. */
+static inline struct gs_slot *gs_slot_peek(int fd)
+{
+    if (GS_UNLIKELY((unsigned)fd >= GS_MAX_FD))
+        return NULL;
+    struct gs_slot *c =
+        atomic_load_explicit(&gs_table[(unsigned)fd >> GS_CHUNK_BITS], memory_order_acquire);
+    if (GS_LIKELY(c == NULL))
+        return NULL;
+    struct gs_slot *s = &c[(unsigned)fd & (GS_CHUNK - 1)];
+    return atomic_load_explicit(&s->flags, memory_order_acquire) ? s : NULL;
+}
+
+/* Slot of fd, allocating its chunk; NULL if fd is out of range or memory is short. */
+struct gs_slot *gs_slot_get(int fd);
+/* Non-zero if fd still refers to the socket the slot was filled for; otherwise the
+ * slot is cleared (the fd was closed by a path we do not see, e.g. fclose or
+ * close_range, and the number reused). */
+int gs_slot_valid(int fd, struct gs_slot *s);
+void gs_slot_clear(struct gs_slot *s);
+/* Record the identity of fd in s (caller holds s->mu). */
+int gs_slot_bind_identity(int fd, struct gs_slot *s);
+
+/* For a pending redirected connect whose LAN connect is done: wait (bounded) for
+ * the gateway's reply. Returns 0 if established, else an errno (EINPROGRESS while
+ * the connect to the gateway itself is still in progress). errno is preserved. */
+int gs_wait_outcome(int fd, struct gs_slot *s);
+
+/* Configuration, loaded on first use; returns NULL when redirection is off. */
+const struct gs_config *gs_config(void);
+
+void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+extern int gs_debug;
+extern int gs_accept_timeout_ms;
+
+/* Copy a stored sockaddr into a caller's (addr, addrlen) with the kernel's truncation
+ * rules: copy min(*addrlen, len) bytes, then set *addrlen to the full length. */
+void gs_copy_out_addr(const struct sockaddr_storage *ss, socklen_t len,
+                      struct sockaddr *addr, socklen_t *addrlen);
+
+#endif /* GS_INTERNAL_H */
