@@ -22,6 +22,7 @@ TOOLS = {
     "unshare": "apt-get install util-linux",
     "nsenter": "apt-get install util-linux",
     "hostname": "apt-get install hostname",
+    "sysctl": "apt-get install procps",
     "mpiexec.mpich": "apt-get install mpich libmpich-dev",
     "mpicc.mpich": "apt-get install mpich libmpich-dev",
     "mpirun.openmpi": "apt-get install openmpi-bin libopenmpi-dev",

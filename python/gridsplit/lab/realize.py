@@ -117,12 +117,12 @@ def _lock(names: LabNames) -> Iterator[None]:
 
 
 def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None) -> LabState:
+    topo = load_topology(spec, nodes)  # bad input first: it needs no privilege to report
+    text = _topology_text(spec)
     sysdeps.need_root("gridsplit lab up")
-    for tool in ("ip", "tc", "ethtool", "unshare", "hostname"):
+    for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl"):
         sysdeps.need_tool(tool)
     wanem = sysdeps.built("gridsplit-wanem")
-    topo = load_topology(spec, nodes)
-    text = _topology_text(spec)
 
     with _lock(names):
         leftovers = [ns for ns in list_netns() if names.owns_ns(ns)]

@@ -1,0 +1,5 @@
+"""`python -m gridsplit` is the `gridsplit` command."""
+
+from .cli import main
+
+main()

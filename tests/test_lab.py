@@ -1,0 +1,112 @@
+"""The emulated grid, for real: namespaces, fidelity, MPI across sites, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import PREFIX, gridsplit, needs_root, netns_list
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wan_tx_bytes(site: str, peer: str) -> int:
+    """Bytes that left `site`'s router toward `peer` (the WAN interface's counter)."""
+    out = subprocess.run(["ip", "-n", f"{PREFIX}-{site}-rt", "-j", "-s", "link", "show", f"to-{peer}"],
+                         text=True, capture_output=True, check=True).stdout
+    return json.loads(out)[0]["stats64"]["tx"]["bytes"]
+
+
+def test_lab_has_its_namespaces(lab):
+    names = set(netns_list())
+    expected = {f"{PREFIX}-{h}" for h in ("east-1", "east-2", "east-gw", "west-1", "west-2", "west-gw",
+                                          "east-sw", "east-rt", "west-sw", "west-rt", "wan")}
+    assert expected <= names
+    assert lab["wanem"]["alive"]
+
+
+def test_second_up_is_refused(lab):
+    cp = gridsplit("lab", "up", "--topology", "mini", check=False)
+    assert cp.returncode == 2
+    assert "already up" in cp.stderr and "lab down" in cp.stderr and "Traceback" not in cp.stderr
+
+
+def test_fidelity_rtt_throughput_buffer(lab):
+    cp = gridsplit("lab", "check", "--json", "--seconds", "3", check=False)
+    report = json.loads(cp.stdout)
+    detail = json.dumps(report, indent=1)
+    for r in report["rtt"]:
+        assert r["ok"], detail
+        assert abs(r["median_ms"] - r["configured_ms"]) <= r["bound_ms"]
+    for r in report["throughput"]:
+        assert r["ok"] and r["fraction"] >= 0.95, detail
+    for r in report["buffer"]:
+        assert r["ok"] and abs(r["error"]) <= 0.10, detail
+    # The emulator's verdict is part of the result: a failing check must exit non-zero.
+    assert (cp.returncode == 0) == report["ok"], detail
+    assert report["emulator"]["ok"], detail
+
+
+@pytest.mark.parametrize("impl", ["mpich", "openmpi"])
+def test_mpi_gather_crosses_the_wan(lab, impl):
+    prog = ROOT / "build" / "mpi" / impl / "gather"
+    size, reps = 100_000, 10
+    before = wan_tx_bytes("east", "west")
+    cp = gridsplit("lab", "mpirun", "--impl", impl, "--hosts", "west-1,east-1,east-2", "--timeout", "120",
+                   "--", str(prog), "-s", str(size), "-r", str(reps), "--check")
+    moved = wan_tx_bytes("east", "west") - before
+    row = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert row["verified"] is True and row["ranks"] == 3 and row["impl"] == impl
+    # Two east ranks each send `size` bytes per gather to the west root: all of it
+    # must have crossed the emulated WAN link (no shared-memory shortcut).
+    assert moved >= 2 * size * reps, f"only {moved} bytes crossed the WAN"
+
+
+def test_counters_over_a_command(lab):
+    cp = gridsplit("lab", "counters", "--json", "east-1", "west-1", "--",
+                   "gridsplit", "lab", "exec", "east-1", "--", "sh", "-c",
+                   "head -c 2000000 /dev/zero > /dev/tcp/10.71.2.1/9 2>/dev/null; true")
+    d = json.loads(cp.stdout)
+    assert set(d["deltas"]) == {"east-1", "west-1"}
+    # east-1 tried to connect to a closed port on west-1: one SYN out, one RST back.
+    assert d["deltas"]["east-1"].get("ActiveOpens", 0) >= 1
+    assert d["deltas"]["west-1"].get("OutRsts", 0) >= 1
+
+
+def test_exec_unknown_host_suggests(lab):
+    cp = gridsplit("lab", "exec", "east-3", "--", "true", check=False)
+    assert cp.returncode == 2 and "no host named 'east-3'" in cp.stderr
+
+
+def test_host_sysctls_are_per_site_and_host_untouched(lab):
+    host_before = Path("/proc/sys/net/ipv4/tcp_rmem").read_text()
+    out = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-east-1", "sysctl", "-n", "net.ipv4.tcp_rmem"],
+                         text=True, capture_output=True, check=True).stdout.split()
+    assert out[2] == "4194304"
+    assert Path("/proc/sys/net/ipv4/tcp_rmem").read_text() == host_before
+    route = subprocess.run(["ip", "-n", f"{PREFIX}-east-1", "route"], text=True, capture_output=True).stdout
+    assert "congctl cubic" in route and "default" not in route
+
+
+def test_down_leaves_nothing_even_after_a_crash():
+    needs_root()
+    prefix = "gsd"
+    env = {**os.environ, "GRIDSPLIT_LAB_PREFIX": prefix}
+    run = lambda *a: subprocess.run(["gridsplit", *a], env=env, text=True, capture_output=True)
+    assert run("lab", "up", "--topology", "mini").returncode == 0
+    state = json.loads(Path(f"/run/gridsplit/lab/{prefix}/state.json").read_text())
+    pid = state["pids"]["wanem"]
+    # Simulate a crash of the tool: the state file is gone, processes and namespaces remain.
+    Path(f"/run/gridsplit/lab/{prefix}/state.json").unlink()
+    cp = run("lab", "down")
+    assert cp.returncode == 0, cp.stderr
+    assert not [n for n in netns_list() if n.startswith(prefix + "-")]
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert not list(Path("/etc/netns").glob(f"{prefix}-*")) if Path("/etc/netns").exists() else True
+    assert not Path(f"/run/gridsplit/lab/{prefix}").exists()
+    links = subprocess.run(["ip", "-o", "link"], text=True, capture_output=True).stdout
+    assert f"{prefix}-" not in links

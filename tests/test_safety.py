@@ -1,0 +1,37 @@
+"""Refusals: not root, missing tools, missing builds — one clear line each."""
+
+from __future__ import annotations
+
+import pytest
+
+from gridsplit import sysdeps
+from gridsplit.errors import GridsplitError
+from gridsplit.lab import realize
+from gridsplit.lab.names import LabNames
+
+
+def test_refuses_without_root(monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(GridsplitError, match="needs root"):
+        realize.up("mini", None, LabNames("gsz"))
+    with pytest.raises(GridsplitError, match="needs root"):
+        realize.down(LabNames("gsz"))
+
+
+def test_missing_tool_names_the_package(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(GridsplitError, match="apt-get install iperf3"):
+        sysdeps.need_tool("iperf3")
+    with pytest.raises(GridsplitError, match="apt-get install mpich"):
+        sysdeps.need_tool("mpiexec.mpich")
+
+
+def test_missing_build_says_make_build(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRIDSPLIT_WANEM", str(tmp_path / "nope"))
+    with pytest.raises(GridsplitError, match="does not exist"):
+        sysdeps.built("gridsplit-wanem")
+
+
+def test_bad_prefix():
+    with pytest.raises(GridsplitError, match="lab prefix"):
+        LabNames.from_env("Bad-Prefix")

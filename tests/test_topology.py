@@ -1,0 +1,121 @@
+"""The topology model: presets, address plan, and clear errors on bad files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gridsplit.errors import GridsplitError
+from gridsplit.topology import load_topology, parse_topology
+import tomllib
+
+
+def test_paper_preset_is_the_seed_platform_scaled():
+    t = load_topology("paper")
+    b, s = t.site("bordeaux"), t.site("sophia")
+    assert (b.nodes, b.max_nodes, s.nodes) == (4, 20, 1)
+    assert b.gateway and s.gateway
+    assert t.rtt_ms("bordeaux", "sophia") == pytest.approx(10.6)
+    # 10x scaling: NICs 1 Gb/s -> 100 Mb/s, WAN 10 -> 1 Gb/s, 4 MB buffers -> 410 KB
+    assert b.nic_mbps == 100 and t.wan("bordeaux", "sophia").rate_mbps == 1000
+    assert b.tcp.rmem_max == 419430 and b.tcp.congestion == "cubic" and b.tcp.sack
+    assert len(load_topology("paper", nodes=20).site("bordeaux").__dict__) and load_topology("paper", 20).site("bordeaux").nodes == 20
+    with pytest.raises(GridsplitError, match="1 to 20 nodes"):
+        load_topology("paper", nodes=21)
+
+
+def test_g5k9_preset_uses_seed_rtt_matrix():
+    t = load_topology("g5k9")
+    assert len(t.sites) == 9 and len(t.wans) == 36
+    # seed 001 Table 2: bordeaux<->sophia 10.6 / 10.60 ms; grenoble<->lyon 3.3 / 3.28 ms
+    assert t.rtt_ms("bordeaux", "sophia") == pytest.approx(10.6, abs=0.001)
+    assert t.rtt_ms("lyon", "grenoble") == pytest.approx(3.29, abs=0.001)
+    assert all(s.tcp.rmem_max == 174760 for s in t.sites)  # untuned default images
+
+
+def test_address_plan_is_disjoint():
+    t = load_topology("g5k9")
+    subnets = [s.subnet for s in t.sites] + [w.subnet for w in t.wans]
+    assert len(set(subnets)) == len(subnets)
+    ips = [h.ip for h in t.hosts()]
+    assert len(set(ips)) == len(ips)
+    for s in t.sites:
+        assert s.gateway_ip in s.subnet and s.router_ip in s.subnet
+    for w in t.wans:
+        assert w.ip(w.a) != w.ip(w.b) and w.ip(w.a) in w.subnet
+
+
+def test_mini_bottleneck():
+    t = load_topology("mini")
+    a, b = t.host("east-1"), t.host("west-1")
+    assert t.bottleneck_mbps(a, b) == 100
+    assert t.host("10.71.2.1").name == "west-1"
+    with pytest.raises(GridsplitError, match="did you mean east-1"):
+        t.host("east-l")
+
+
+GOOD = """
+[[site]]
+name = "a"
+nodes = 1
+[[site]]
+name = "b"
+nodes = 1
+[[wan]]
+sites = ["a", "b"]
+rtt_ms = 10
+"""
+
+BAD = [
+    (GOOD.replace('nodes = 1\n[[site]]', 'nodez = 1\n[[site]]', 1), "site[0].nodez: unknown key; did you mean 'nodes'?"),
+    (GOOD.replace('rtt_ms = 10', 'rtt_ms = "ten"'), "wan[0].rtt_ms: must be a number"),
+    (GOOD.replace('rtt_ms = 10', 'rtt_ms = -1'), "wan[0].rtt_ms: must be > 0"),
+    (GOOD.replace('rtt_ms = 10', 'rtt_ms = 10\ndelay_ms = 5'), "give exactly one of delay_ms"),
+    (GOOD.replace('sites = ["a", "b"]', 'sites = ["a", "c"]'), "wan[0].sites: unknown site 'c'"),
+    (GOOD.replace('sites = ["a", "b"]', 'sites = ["a", "a"]'), "two different sites"),
+    (GOOD.replace('name = "b"', 'name = "a"'), "site[1].name: site 'a' is defined twice"),
+    (GOOD.replace('name = "b"', 'name = "B-1"'), "site[1].name: 'B-1' must be 1-12 lowercase"),
+    (GOOD + '[[site]]\nname = "c"\n', "no [[wan]] link between a and c"),
+    (GOOD + '[addressing]\nsites = "8.8.0.0/16"\n', "addressing.sites: 8.8.0.0/16 is not a private range"),
+    (GOOD + '[addressing]\nsites = "10.71.0.1/16"\n', "is not an IPv4 prefix"),
+    (GOOD.replace('rtt_ms = 10', 'rtt_ms = 10\nloss = 0.9'), "wan[0].loss: must be ≤ 0.5"),
+    (GOOD.replace('nodes = 1', 'nodes = 5\nmax_nodes = 2', 1), "site[0].nodes: 5 exceeds max_nodes = 2"),
+    ('[[wan]]\nsites=["a","b"]\nrtt_ms=1\n', "at least one [[site]] table is required"),
+    (GOOD.replace('name = "a"', 'name = "a"\n[site.tcp]\ncongestion = "bic"', 1), "site[0].tcp.congestion: must be one of cubic, reno, bbr"),
+]
+
+
+@pytest.mark.parametrize("text,expect", BAD, ids=[e for _, e in BAD])
+def test_bad_topologies_name_file_field_and_fix(tmp_path, text, expect):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(GridsplitError) as ei:
+        load_topology(str(p))
+    msg = str(ei.value)
+    assert msg.startswith(str(p) + ": "), msg
+    assert expect in msg, msg
+    assert "\n" not in msg
+
+
+def test_good_topology_parses(tmp_path):
+    t = parse_topology(tomllib.loads(GOOD), "x.toml")
+    assert t.rtt_ms("a", "b") == 10 and t.wan("a", "b").delay_ms_ab == 5
+
+
+def test_cli_reports_bad_file_in_one_line(tmp_path):
+    p = tmp_path / "broken.toml"
+    p.write_text("[[site]\nname=")
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "up", "--topology", str(p)],
+                        text=True, capture_output=True)
+    assert cp.returncode == 2
+    assert "Traceback" not in cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gridsplit: error: ") and "not valid TOML" in lines[0]
+
+
+def test_cli_unknown_preset():
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "up", "--topology", "nosuch"],
+                        text=True, capture_output=True)
+    assert cp.returncode == 2 and "no such preset or file; presets: paper, g5k9, mini" in cp.stderr
