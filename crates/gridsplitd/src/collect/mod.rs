@@ -1,0 +1,259 @@
+//! The collect layer: the LAN side of the gateway.
+//!
+//! Nodes of our own site connect here and send a GSq1 request naming a destination
+//! on another site. We admit only what the config allows — the node must be in our
+//! own site's subnet and the destination in another configured site's subnet, so
+//! the gateway can never be used as an open relay — then open a flow on the WAN
+//! link to that site and answer GSa1 once the far side's connect() has an outcome.
+//!
+//! The mirror image, `serve_remote_open`, runs on the far gateway when an OPEN
+//! arrives: it connects to the destination from its own LAN address, writes the
+//! GSo1 origin header, and relays.
+
+pub mod flow;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tracing::{debug, warn};
+
+use crate::lanproto::{self, Status, REQUEST_LEN};
+use crate::link::Link;
+use crate::wire::Frame;
+use crate::Shared;
+use flow::Flow;
+
+/// Extra time, beyond connect_timeout, we wait for OPEN_REPLY: one WAN round trip
+/// plus scheduling slack.
+const REPLY_SLACK: Duration = Duration::from_secs(2);
+
+/// Accepts node connections on the LAN listener.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let (stream, node) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!("LAN accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shared.stopping.cancelled() => return,
+        };
+        shared.metrics.lan_accepted.fetch_add(1, Ordering::Relaxed);
+        let shared2 = shared.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = serve_node(shared2.clone(), stream, node) => {}
+                _ = shared2.stopping.cancelled() => {}
+            }
+        });
+    }
+}
+
+async fn reply(shared: &Shared, stream: &mut TcpStream, status: Status) -> std::io::Result<()> {
+    shared.metrics.replies[status as usize].fetch_add(1, Ordering::Relaxed);
+    stream.write_all(&lanproto::encode_reply(status)).await
+}
+
+/// Decides whether `node` may reach `dst`, and over which link.
+fn admit(shared: &Shared, node: SocketAddr, dst: SocketAddr) -> Result<Arc<Link>, Status> {
+    let cfg = &shared.cfg;
+    if !cfg.own_site().subnet.contains(node.ip()) {
+        debug!(%node, %dst, "refused: node is not in our site's subnet");
+        return Err(Status::Forbidden);
+    }
+    let site = match cfg.site_of(dst.ip()) {
+        Some(s) if s.name != cfg.site => s,
+        _ => {
+            debug!(%node, %dst, "refused: destination is not in another site's subnet");
+            return Err(Status::Forbidden);
+        }
+    };
+    if is_gateway_addr(shared, dst) {
+        debug!(%node, %dst, "refused: destination is a gateway's own service");
+        return Err(Status::Forbidden);
+    }
+    shared.link_to(&site.name).ok_or(Status::NoLink)
+}
+
+/// Gateways' own listeners are never relay destinations: a flow into a gateway's
+/// LAN port would be a relay loop, into its WAN port an attack on the link.
+fn is_gateway_addr(shared: &Shared, dst: SocketAddr) -> bool {
+    shared
+        .cfg
+        .sites
+        .iter()
+        .any(|s| s.gateway_lan == dst || s.gateway_wan == dst)
+        || dst == shared.cfg.lan_listen
+        || dst == shared.cfg.wan_listen
+}
+
+async fn serve_node(shared: Arc<Shared>, mut stream: TcpStream, node: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let mut req = [0u8; REQUEST_LEN];
+    match tokio::time::timeout(shared.cfg.connect_timeout, stream.read_exact(&mut req)).await {
+        Ok(Ok(_)) => {}
+        _ => {
+            // Closed or silent before a full request: nobody to answer.
+            shared.metrics.replies[Status::BadRequest as usize].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let dst = match lanproto::parse_request(&req) {
+        Ok(d) => d,
+        Err(e) => {
+            debug!(%node, "bad GSq1 request: {e}");
+            let _ = reply(&shared, &mut stream, Status::BadRequest).await;
+            return;
+        }
+    };
+    let link = match admit(&shared, node, dst) {
+        Ok(l) => l,
+        Err(status) => {
+            let _ = reply(&shared, &mut stream, status).await;
+            return;
+        }
+    };
+    let window = flow::reserve_window(&shared.recv_pool, shared.cfg.limits.per_flow_buffer).await;
+    let Some((flow, answer)) = window.and_then(|w| link.open_local_flow(w, dst, node)) else {
+        let _ = reply(&shared, &mut stream, Status::NoLink).await;
+        return;
+    };
+    let outcome = tokio::time::timeout(shared.cfg.connect_timeout + REPLY_SLACK, answer).await;
+    let status = match outcome {
+        Ok(Ok((code, credit))) => {
+            let s = flow::reply_status(code);
+            if s == Status::Ok {
+                flow.add_credit(credit);
+            }
+            s
+        }
+        // The flow was aborted before an answer: the link went away.
+        Ok(Err(_)) => Status::NoLink,
+        Err(_) => {
+            // Give up on it; tell the far side so it doesn't connect for nothing.
+            flow.abort();
+            link.queue_control(Frame::Reset {
+                flow: flow.id,
+                reason: crate::wire::ResetReason::Aborted,
+            });
+            Status::Timeout
+        }
+    };
+    if status != Status::Ok || flow.is_aborted() {
+        let status = if status == Status::Ok {
+            Status::NoLink
+        } else {
+            status
+        };
+        debug!(%node, %dst, status = status.name(), "connect request failed");
+        let _ = reply(&shared, &mut stream, status).await;
+        link.forget_flow(flow.id);
+        return;
+    }
+    if reply(&shared, &mut stream, Status::Ok).await.is_err() {
+        flow.abort();
+        link.queue_control(Frame::Reset {
+            flow: flow.id,
+            reason: crate::wire::ResetReason::LanReset,
+        });
+        link.forget_flow(flow.id);
+        return;
+    }
+    shared.metrics.flows_opened.fetch_add(1, Ordering::Relaxed);
+    flow::relay(flow, link, stream, None).await;
+}
+
+async fn connect_from(
+    lan_ip: IpAddr,
+    dst: SocketAddr,
+    limit: Duration,
+) -> Result<TcpStream, Status> {
+    let sock = if dst.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    };
+    let sock = sock.map_err(|e| Status::from_connect_error(&e))?;
+    // From our own LAN address: the destination's libgridsplit.so recognises a
+    // gateway of its site by this address and then expects the GSo1 header.
+    if !lan_ip.is_unspecified() && lan_ip.is_ipv4() == dst.is_ipv4() {
+        sock.bind(SocketAddr::new(lan_ip, 0))
+            .map_err(|e| Status::from_connect_error(&e))?;
+    }
+    let stream = match tokio::time::timeout(limit, sock.connect(dst)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(Status::from_connect_error(&e)),
+        Err(_) => return Err(Status::Timeout),
+    };
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Handles an OPEN from the peer: policy check, connect to the destination, reply,
+/// then relay. The flow is already registered on the link (so RESET/CREDIT
+/// frames find it while we connect).
+pub async fn serve_remote_open(
+    shared: Arc<Shared>,
+    link: Arc<Link>,
+    flow: Arc<Flow>,
+    dst: SocketAddr,
+    src: SocketAddr,
+) {
+    let cfg = &shared.cfg;
+    let own = cfg.own_site();
+    let peer_ok = cfg
+        .sites
+        .iter()
+        .any(|s| s.name == link.peer && s.subnet.contains(src.ip()));
+    let status = if !own.subnet.contains(dst.ip()) || !peer_ok || is_gateway_addr(&shared, dst) {
+        // An authenticated but misconfigured (or hostile) peer: refuse, don't relay.
+        warn!(peer = %link.peer, %src, %dst, "refused OPEN outside the configured subnets");
+        Err(Status::Forbidden)
+    } else {
+        tokio::select! {
+            r = connect_from(own.gateway_lan.ip(), dst, cfg.connect_timeout) => r,
+            _ = flow.aborted() => {
+                link.forget_flow(flow.id);
+                return;
+            }
+        }
+    };
+    shared.metrics.remote_opens[status.as_ref().err().copied().unwrap_or(Status::Ok) as usize]
+        .fetch_add(1, Ordering::Relaxed);
+    let stream = match status {
+        Ok(s) => s,
+        Err(status) => {
+            debug!(peer = %link.peer, %src, %dst, status = status.name(), "far connect failed");
+            link.queue_control(Frame::OpenReply {
+                flow: flow.id,
+                status: status as u8,
+                window: 0,
+            });
+            link.forget_flow(flow.id);
+            return;
+        }
+    };
+    let permit = tokio::select! {
+        w = flow::reserve_window(&shared.recv_pool, cfg.limits.per_flow_buffer) => w,
+        _ = flow.aborted() => None,
+    };
+    let Some(permit) = permit else {
+        link.forget_flow(flow.id);
+        return;
+    };
+    let window = flow.set_window(permit);
+    link.queue_control(Frame::OpenReply {
+        flow: flow.id,
+        status: Status::Ok as u8,
+        window,
+    });
+    flow::relay(flow, link, stream, Some(lanproto::encode_origin(src))).await;
+}

@@ -1,0 +1,186 @@
+//! gridsplitd, the site gateway of gridsplit: it splits every cross-site TCP
+//! connection of its site's nodes into three — node → this gateway (LAN), one
+//! long-lived, tuned, authenticated WAN link per peer site carrying all flows
+//! multiplexed, and far gateway → destination node (LAN).
+//!
+//! The layers follow NewMadeleine's: `collect` takes data from LAN connections,
+//! `schedule` decides what goes out next on a link, `transfer` drives the WAN
+//! transport, and `link` ties the three together for one peer. `wire`, `lanproto`
+//! and `auth` are the formats; `tune` and `metrics` the knobs and the gauges.
+//!
+//! This file assembles a running gateway from a config, for main.rs and for the
+//! end-to-end tests (which run several gateways in one process).
+
+pub mod auth;
+pub mod collect;
+pub mod config;
+pub mod lanproto;
+pub mod link;
+pub mod metrics;
+pub mod schedule;
+pub mod transfer;
+pub mod tune;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use config::Config;
+use link::Link;
+use metrics::Metrics;
+
+/// State shared by every task of one gateway.
+pub struct Shared {
+    pub cfg: Config,
+    pub metrics: Metrics,
+    /// Bytes read from LAN sockets and not yet handed to a WAN driver
+    /// (half of `total_buffer`).
+    pub send_pool: Arc<Semaphore>,
+    /// Receive windows granted to peers (the other half): bytes that may arrive
+    /// from WAN links and wait for a LAN socket.
+    pub recv_pool: Arc<Semaphore>,
+    links: Mutex<HashMap<String, Arc<Link>>>,
+    pub stopping: CancellationToken,
+}
+
+impl Shared {
+    pub fn link_to(&self, site: &str) -> Option<Arc<Link>> {
+        self.links
+            .lock()
+            .unwrap()
+            .get(site)
+            .filter(|l| !l.is_closed())
+            .cloned()
+    }
+
+    pub fn links(&self) -> Vec<Arc<Link>> {
+        let mut v: Vec<_> = self.links.lock().unwrap().values().cloned().collect();
+        v.sort_by(|a, b| a.peer.cmp(&b.peer));
+        v
+    }
+
+    /// Makes `link` the current link to its peer; returns the one it replaces.
+    pub(crate) fn install_link(&self, link: Arc<Link>) -> Option<Arc<Link>> {
+        self.links.lock().unwrap().insert(link.peer.clone(), link)
+    }
+
+    pub(crate) fn remove_link(&self, link: &Arc<Link>) {
+        let mut m = self.links.lock().unwrap();
+        if m.get(&link.peer).is_some_and(|l| Arc::ptr_eq(l, link)) {
+            m.remove(&link.peer);
+        }
+    }
+}
+
+/// A running gateway.
+pub struct Gateway {
+    pub shared: Arc<Shared>,
+    pub lan_addr: SocketAddr,
+    pub wan_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    tasks: JoinSet<()>,
+}
+
+impl Gateway {
+    /// Binds the three listeners and starts serving. Must be called inside a tokio
+    /// runtime. Fails (without starting anything) if a listener can't be bound.
+    pub async fn start(cfg: Config) -> anyhow::Result<Gateway> {
+        let half = cfg.limits.total_buffer / 2;
+        // Every link's tuning goes on the listener: window scaling is fixed at SYN.
+        let mut listen_params = cfg.wan.clone();
+        for p in cfg.links.values() {
+            if tune::target_buffer(p) > tune::target_buffer(&listen_params) {
+                listen_params.socket_buffer = tune::target_buffer(p) as u64;
+            }
+        }
+        let (wan, warnings) = transfer::tcp::listen(cfg.wan_listen, &listen_params)
+            .with_context(|| format!("cannot listen on wan_listen {}", cfg.wan_listen))?;
+        for w in warnings {
+            warn!("WAN listener tuning: {w}");
+        }
+        let lan = bind(cfg.lan_listen)
+            .await
+            .with_context(|| format!("cannot listen on lan_listen {}", cfg.lan_listen))?;
+        let admin = TcpListener::bind(cfg.admin_listen)
+            .await
+            .with_context(|| format!("cannot listen on admin_listen {}", cfg.admin_listen))?;
+        let (lan_addr, wan_addr, admin_addr) =
+            (lan.local_addr()?, wan.local_addr()?, admin.local_addr()?);
+
+        let shared = Arc::new(Shared {
+            cfg,
+            metrics: Metrics::default(),
+            send_pool: Arc::new(Semaphore::new(half)),
+            recv_pool: Arc::new(Semaphore::new(half)),
+            links: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
+        });
+        let mut tasks = JoinSet::new();
+        tasks.spawn(collect::serve(shared.clone(), lan));
+        tasks.spawn(link::accept_loop(shared.clone(), wan));
+        tasks.spawn(metrics::serve(shared.clone(), admin));
+        // Full mesh without duplicate links: the site whose name sorts first dials.
+        let own = shared.cfg.site.clone();
+        for peer in shared
+            .cfg
+            .peers()
+            .filter(|p| own < p.name)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            tasks.spawn(link::dial_loop(shared.clone(), peer));
+        }
+        info!(
+            site = %shared.cfg.site, %lan_addr, %wan_addr, %admin_addr,
+            strategy = shared.cfg.strategy.name(), "gateway started"
+        );
+        Ok(Gateway {
+            shared,
+            lan_addr,
+            wan_addr,
+            admin_addr,
+            tasks,
+        })
+    }
+
+    /// Stops the gateway: listeners close, every link closes, every flow is reset
+    /// (its nodes see a reset rather than a silent hang).
+    pub async fn stop(mut self) {
+        self.shared.stopping.cancel();
+        for l in self.shared.links() {
+            l.close();
+        }
+        self.shared.send_pool.close();
+        self.shared.recv_pool.close();
+        let drain = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(Duration::from_secs(3), drain)
+            .await
+            .is_err()
+        {
+            self.tasks.abort_all();
+        }
+        // Give flow tasks a moment to send their RSTs.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        info!(site = %self.shared.cfg.site, "gateway stopped");
+    }
+}
+
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(1024)
+}

@@ -1,0 +1,680 @@
+//! One WAN link to a peer site: establishing it (dial or accept, then mutual
+//! authentication), keeping it (reconnect with backoff, keepalive), and driving it:
+//! the writer task feeds the transfer driver from the control queue and the
+//! scheduling strategy whenever the driver has room; the reader task
+//! demultiplexes received frames to flows.
+//!
+//! The link is also where frames are judged against the link's state. Anything the
+//! codec accepts but that makes no sense here — DATA beyond credit, a frame for a
+//! flow id that was never opened, a second HELLO — is a protocol violation: the
+//! link is closed with one log line and a counter, its flows (and only its flows)
+//! are reset, and the dialing side reconnects. Frames for flows that *were* open
+//! but have since closed are expected (the two gateways close concurrently) and are
+//! dropped quietly.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::auth::{self, AuthError};
+use crate::collect;
+use crate::collect::flow::{CreditViolation, Flow, OpenReply};
+use crate::metrics::Metrics;
+use crate::schedule::{self, Chunk, Strategy};
+use crate::transfer::tcp::TcpConn;
+use crate::transfer::{RecvError, WanConn, WanProbe, WanRx, WanTx};
+use crate::tune::Applied;
+use crate::wire::{FlowId, Frame};
+use crate::Shared;
+
+/// Silent keepalive periods after which a link is declared dead.
+const DEAD_AFTER_PERIODS: u32 = 5;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// We connected (our site name sorts first); we allocate odd flow ids.
+    Dialer,
+    /// The peer connected; we allocate even flow ids.
+    Acceptor,
+}
+
+#[derive(Debug, Error)]
+pub enum LinkError {
+    #[error("{0}")]
+    Recv(#[from] RecvError),
+    #[error("send failed: {0}")]
+    Send(std::io::Error),
+    #[error("protocol violation: {0}")]
+    Violation(String),
+    #[error("peer silent for {0:?}")]
+    Silent(Duration),
+    #[error("replaced by a newer link")]
+    Superseded,
+    #[error("gateway stopping")]
+    Stopping,
+}
+
+impl From<CreditViolation> for LinkError {
+    fn from(v: CreditViolation) -> Self {
+        LinkError::Violation(format!(
+            "flow {} sent {} bytes with only {} bytes of credit",
+            v.flow, v.len, v.window_left
+        ))
+    }
+}
+
+struct SendQueue {
+    /// Link-level frames (OPEN, OPEN_REPLY, CREDIT, RESET, PING/PONG). They go
+    /// before data. At most a handful per flow are ever outstanding (one OPEN or
+    /// OPEN_REPLY, one RESET, and CREDIT only after the peer used credit), so this
+    /// queue is bounded by the number of flows.
+    control: VecDeque<Frame>,
+    strategy: Box<dyn Strategy>,
+}
+
+struct FlowTable {
+    flows: HashMap<FlowId, Arc<Flow>>,
+    next_local: FlowId,
+    /// Highest flow id the peer has opened (ids only grow).
+    peer_max: FlowId,
+}
+
+/// Live state of one authenticated link.
+pub struct Link {
+    pub peer: String,
+    pub role: Role,
+    pub remote: SocketAddr,
+    pub since: Instant,
+    shared: Arc<Shared>,
+    max_frame: usize,
+    send: Mutex<SendQueue>,
+    wake: Notify,
+    table: Mutex<FlowTable>,
+    closed: CancellationToken,
+    probe: Box<dyn WanProbe>,
+    rx_frames: AtomicU64,
+    pub frames_out: AtomicU64,
+    pub frames_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub bytes_in: AtomicU64,
+}
+
+/// What /status shows for one link.
+#[derive(serde::Serialize)]
+pub struct LinkStatus {
+    pub peer: String,
+    pub role: Role,
+    pub remote: String,
+    pub up_seconds: f64,
+    pub flows: usize,
+    pub queued_bytes: usize,
+    pub strategy: &'static str,
+    pub streams: usize,
+    pub max_frame: usize,
+    pub frames_out: u64,
+    pub frames_in: u64,
+    pub wan_bytes_out: u64,
+    pub wan_bytes_in: u64,
+    pub applied: Vec<Applied>,
+    pub tcp_info: Vec<crate::tune::TcpInfo>,
+}
+
+impl Link {
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// Largest DATA payload worth reading for one chunk on this link.
+    pub fn max_data(&self) -> usize {
+        crate::schedule::data_room(self.max_frame)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    pub fn status(&self) -> LinkStatus {
+        let (flows, queued) = (
+            self.table.lock().unwrap().flows.len(),
+            self.send.lock().unwrap().strategy.queued_bytes(),
+        );
+        let strategy = self.send.lock().unwrap().strategy.name();
+        LinkStatus {
+            peer: self.peer.clone(),
+            role: self.role,
+            remote: self.remote.to_string(),
+            up_seconds: self.since.elapsed().as_secs_f64(),
+            flows,
+            queued_bytes: queued,
+            strategy,
+            streams: self.probe.streams(),
+            max_frame: self.max_frame,
+            frames_out: self.frames_out.load(Ordering::Relaxed),
+            frames_in: self.frames_in.load(Ordering::Relaxed),
+            wan_bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            wan_bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            applied: self.probe.applied(),
+            tcp_info: self.probe.tcp_info(),
+        }
+    }
+
+    pub fn queue_control(&self, f: Frame) {
+        self.send.lock().unwrap().control.push_back(f);
+        self.wake.notify_one();
+    }
+
+    pub fn push_chunk(&self, c: Chunk) {
+        self.send.lock().unwrap().strategy.push(c);
+        self.wake.notify_one();
+    }
+
+    /// Discards what a reset flow still had queued (returning its budget).
+    pub fn drop_queued(&self, flow: FlowId) {
+        self.send.lock().unwrap().strategy.remove_flow(flow);
+    }
+
+    /// Opens a flow from our side: registers it and queues its OPEN in one step,
+    /// so OPENs leave in flow-id order (the peer rejects ids that go backwards).
+    /// Returns the flow and where its OPEN_REPLY will arrive; None if the link is
+    /// closing.
+    pub fn open_local_flow(
+        &self,
+        window: OwnedSemaphorePermit,
+        dst: SocketAddr,
+        src: SocketAddr,
+    ) -> Option<(Arc<Flow>, OpenReply)> {
+        if self.is_closed() {
+            return None;
+        }
+        let mut t = self.table.lock().unwrap();
+        let id = t.next_local;
+        t.next_local = t.next_local.checked_add(2)?;
+        let flow = Flow::new(
+            id,
+            self.shared.send_pool.clone(),
+            self.shared.cfg.limits.per_flow_buffer,
+        );
+        let window = flow.set_window(window);
+        let reply = flow.expect_reply();
+        t.flows.insert(id, flow.clone());
+        self.queue_control(Frame::Open {
+            flow: id,
+            window,
+            dst,
+            src,
+        });
+        drop(t);
+        // The link may have closed between the check and the insert; its teardown
+        // may have missed this flow, so abort it here.
+        if self.is_closed() {
+            flow.abort();
+        }
+        Some((flow, reply))
+    }
+
+    /// Removes a finished flow from the table. What it still has queued (its last
+    /// data and FIN) stays in the scheduler and goes out; a reset flow's queue was
+    /// already dropped by whoever reset it.
+    pub fn forget_flow(&self, id: FlowId) {
+        self.table.lock().unwrap().flows.remove(&id);
+    }
+
+    fn is_local_id(&self, id: FlowId) -> bool {
+        (id % 2 == 1) == (self.role == Role::Dialer)
+    }
+
+    fn lookup(&self, id: FlowId) -> Result<Option<Arc<Flow>>, LinkError> {
+        let t = self.table.lock().unwrap();
+        if let Some(f) = t.flows.get(&id) {
+            return Ok(Some(f.clone()));
+        }
+        let seen = if self.is_local_id(id) {
+            id < t.next_local
+        } else {
+            id != 0 && id <= t.peer_max
+        };
+        if seen {
+            // Closed meanwhile: the peer couldn't know yet. Drop quietly.
+            self.shared
+                .metrics
+                .wan_stale_frames
+                .fetch_add(1, Ordering::Relaxed);
+            Ok(None)
+        } else {
+            Err(LinkError::Violation(format!(
+                "frame for flow {id}, which was never opened"
+            )))
+        }
+    }
+
+    /// Ends the link: wakes its tasks, shuts the socket, resets every flow on it.
+    pub fn close(&self) {
+        if self.closed.is_cancelled() {
+            return;
+        }
+        self.closed.cancel();
+        self.probe.close();
+        let flows: Vec<Arc<Flow>> = self.table.lock().unwrap().flows.values().cloned().collect();
+        for f in flows {
+            f.abort();
+            self.drop_queued(f.id);
+        }
+    }
+
+    fn handle(self: &Arc<Self>, frame: Frame) -> Result<(), LinkError> {
+        match frame {
+            Frame::Data { flow, data } => {
+                if let Some(f) = self.lookup(flow)? {
+                    f.deliver(data)?;
+                }
+            }
+            Frame::Batch(entries) => {
+                for e in entries {
+                    if let Some(f) = self.lookup(e.flow)? {
+                        f.deliver(e.data)?;
+                        if e.fin {
+                            f.deliver_fin();
+                        }
+                    }
+                }
+            }
+            Frame::Credit { flow, grant } => {
+                if let Some(f) = self.lookup(flow)? {
+                    f.add_credit(grant);
+                }
+            }
+            Frame::Fin { flow } => {
+                if let Some(f) = self.lookup(flow)? {
+                    f.deliver_fin();
+                }
+            }
+            Frame::Reset { flow, reason } => {
+                if let Some(f) = self.lookup(flow)? {
+                    debug!(peer = %self.peer, flow, ?reason, "flow reset by peer");
+                    f.abort();
+                    self.drop_queued(flow);
+                }
+            }
+            Frame::OpenReply {
+                flow,
+                status,
+                window,
+            } => {
+                if !self.is_local_id(flow) {
+                    return Err(LinkError::Violation(format!(
+                        "OPEN_REPLY for flow {flow}, which the peer opened"
+                    )));
+                }
+                if let Some(f) = self.lookup(flow)? {
+                    if !f.deliver_reply(status, window) {
+                        return Err(LinkError::Violation(format!(
+                            "second OPEN_REPLY for flow {flow}"
+                        )));
+                    }
+                }
+            }
+            Frame::Open {
+                flow,
+                window,
+                dst,
+                src,
+            } => {
+                if self.is_local_id(flow) || flow == 0 {
+                    return Err(LinkError::Violation(format!(
+                        "OPEN with flow id {flow} from our id space"
+                    )));
+                }
+                let f = {
+                    let mut t = self.table.lock().unwrap();
+                    if flow <= t.peer_max {
+                        return Err(LinkError::Violation(format!("OPEN reuses flow id {flow}")));
+                    }
+                    t.peer_max = flow;
+                    let f = Flow::new(
+                        flow,
+                        self.shared.send_pool.clone(),
+                        self.shared.cfg.limits.per_flow_buffer,
+                    );
+                    t.flows.insert(flow, f.clone());
+                    f
+                };
+                f.add_credit(window);
+                tokio::spawn(collect::serve_remote_open(
+                    self.shared.clone(),
+                    self.clone(),
+                    f,
+                    dst,
+                    src,
+                ));
+            }
+            Frame::Ping { token } => self.queue_control(Frame::Pong { token }),
+            Frame::Pong { .. } => {}
+            Frame::Hello { .. } | Frame::Auth { .. } => {
+                return Err(LinkError::Violation(
+                    "handshake frame on an established link".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn writer<T: WanTx>(link: Arc<Link>, mut tx: T) -> Result<(), LinkError> {
+    let mut out = crate::wire::OutBuf::new();
+    let metrics = &link.shared.metrics;
+    loop {
+        let mut frames = 0u64;
+        let mut data = 0u64;
+        {
+            let room = tx.room();
+            let mut q = link.send.lock().unwrap();
+            while out.len() < room {
+                let Some(f) = q.control.pop_front() else {
+                    break;
+                };
+                f.encode(&mut out);
+                frames += 1;
+            }
+            while out.len() < room {
+                let Some(f) = q.strategy.next_frame(link.max_frame) else {
+                    break;
+                };
+                data += f.data_bytes() as u64;
+                f.encode(&mut out);
+                frames += 1;
+            }
+        }
+        if out.is_empty() {
+            tokio::select! {
+                _ = link.wake.notified() => continue,
+                _ = link.closed.cancelled() => return Ok(()),
+            }
+        }
+        let n = out.len() as u64;
+        tokio::select! {
+            r = tx.send(&mut out) => r.map_err(LinkError::Send)?,
+            _ = link.closed.cancelled() => return Ok(()),
+        }
+        link.frames_out.fetch_add(frames, Ordering::Relaxed);
+        link.bytes_out.fetch_add(n, Ordering::Relaxed);
+        metrics.wan_frames_out.fetch_add(frames, Ordering::Relaxed);
+        metrics.wan_bytes_out.fetch_add(n, Ordering::Relaxed);
+        metrics.relayed_bytes_out.fetch_add(data, Ordering::Relaxed);
+    }
+}
+
+async fn keepalive(link: Arc<Link>, period: Duration) -> Result<(), LinkError> {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = link.rx_frames.load(Ordering::Relaxed);
+    let mut silent = 0u32;
+    let mut token = 0u64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = link.closed.cancelled() => return Ok(()),
+        }
+        let now = link.rx_frames.load(Ordering::Relaxed);
+        if now == last {
+            silent += 1;
+            if silent >= DEAD_AFTER_PERIODS {
+                return Err(LinkError::Silent(period * silent));
+            }
+        } else {
+            silent = 0;
+            last = now;
+        }
+        token += 1;
+        link.queue_control(Frame::Ping { token });
+    }
+}
+
+/// Runs an authenticated connection as `peer`'s link until it fails or is replaced.
+async fn run_link<C: WanConn>(
+    shared: Arc<Shared>,
+    conn: C,
+    peer: auth::PeerInfo,
+    role: Role,
+) -> LinkError {
+    let remote = conn.peer_addr();
+    let (tx, mut rx, probe) = conn.split();
+    let link = Arc::new(Link {
+        peer: peer.site.clone(),
+        role,
+        remote,
+        since: Instant::now(),
+        shared: shared.clone(),
+        max_frame: peer.max_frame,
+        send: Mutex::new(SendQueue {
+            control: VecDeque::new(),
+            strategy: schedule::build(shared.cfg.strategy),
+        }),
+        wake: Notify::new(),
+        table: Mutex::new(FlowTable {
+            flows: HashMap::new(),
+            next_local: if role == Role::Dialer { 1 } else { 2 },
+            peer_max: 0,
+        }),
+        closed: CancellationToken::new(),
+        probe: Box::new(probe),
+        rx_frames: AtomicU64::new(0),
+        frames_out: AtomicU64::new(0),
+        frames_in: AtomicU64::new(0),
+        bytes_out: AtomicU64::new(0),
+        bytes_in: AtomicU64::new(0),
+    });
+    let applied = link.probe.applied();
+    info!(peer = %link.peer, %remote, ?role, max_frame = link.max_frame, applied = ?applied, "WAN link up");
+    if let Some(old) = shared.install_link(link.clone()) {
+        info!(peer = %old.peer, "replacing the previous link to this peer");
+        old.close();
+    }
+    shared
+        .metrics
+        .links_established
+        .fetch_add(1, Ordering::Relaxed);
+
+    let period = Duration::from_millis(shared.cfg.wan_params(&link.peer).keepalive_ms);
+    let mut w = tokio::spawn(writer(link.clone(), tx));
+    let mut k = tokio::spawn(keepalive(link.clone(), period));
+    let reader = async {
+        loop {
+            let f = match rx.recv().await {
+                Ok(f) => f,
+                Err(e) => return LinkError::from(e),
+            };
+            tracing::trace!(peer = %link.peer, frame = ?f.kind(), "frame in");
+            link.rx_frames.fetch_add(1, Ordering::Relaxed);
+            link.frames_in.fetch_add(1, Ordering::Relaxed);
+            link.bytes_in
+                .fetch_add(f.wire_len() as u64, Ordering::Relaxed);
+            shared.metrics.wan_frames_in.fetch_add(1, Ordering::Relaxed);
+            shared
+                .metrics
+                .wan_bytes_in
+                .fetch_add(f.wire_len() as u64, Ordering::Relaxed);
+            shared
+                .metrics
+                .relayed_bytes_in
+                .fetch_add(f.data_bytes() as u64, Ordering::Relaxed);
+            if let Err(e) = link.handle(f) {
+                return e;
+            }
+        }
+    };
+    let err: LinkError = tokio::select! {
+        e = reader => e,
+        r = &mut w => match r { Ok(Err(e)) => e, _ => LinkError::Superseded },
+        r = &mut k => match r { Ok(Err(e)) => e, _ => LinkError::Superseded },
+        _ = link.closed.cancelled() => if shared.stopping.is_cancelled() { LinkError::Stopping } else { LinkError::Superseded },
+    };
+    let resets = link.table.lock().unwrap().flows.len();
+    // Count and log before closing, so whoever sees the socket close also sees why.
+    match &err {
+        LinkError::Violation(_) | LinkError::Recv(RecvError::Wire(_)) => {
+            shared
+                .metrics
+                .wan_protocol_errors
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(peer = %link.peer, %remote, flows_reset = resets, "closing WAN link: {err}");
+        }
+        LinkError::Stopping | LinkError::Superseded => {
+            info!(peer = %link.peer, %remote, flows_reset = resets, "WAN link closed: {err}")
+        }
+        _ => warn!(peer = %link.peer, %remote, flows_reset = resets, "WAN link lost: {err}"),
+    }
+    shared.remove_link(&link);
+    link.close();
+    w.abort();
+    k.abort();
+    err
+}
+
+fn note_handshake_failure(shared: &Shared, remote: SocketAddr, e: &AuthError) {
+    match e {
+        AuthError::Recv(RecvError::Wire(_)) | AuthError::Unexpected { .. } => {
+            shared
+                .metrics
+                .wan_protocol_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+    shared.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
+    warn!(%remote, "WAN peer failed authentication: {e}");
+}
+
+/// Accepts peer gateways whose site name sorts before ours.
+pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let own = shared.cfg.site.clone();
+    loop {
+        let (stream, remote) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!("WAN accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shared.stopping.cancelled() => return,
+        };
+        let shared = shared.clone();
+        let own = own.clone();
+        tokio::spawn(async move {
+            let mut conn =
+                match TcpConn::accepted(stream, shared.cfg.limits.max_frame, &shared.cfg.wan) {
+                    Ok(c) => c,
+                    Err(e) => return debug!(%remote, "accepted WAN socket unusable: {e}"),
+                };
+            let allowed = |s: &str| s < own.as_str() && shared.cfg.peers().any(|p| p.name == s);
+            let hs = auth::handshake(
+                &mut conn,
+                &shared.cfg.psk,
+                &own,
+                shared.cfg.limits.max_frame,
+                allowed,
+                HANDSHAKE_TIMEOUT,
+            );
+            let peer = tokio::select! {
+                r = hs => r,
+                _ = shared.stopping.cancelled() => return,
+            };
+            match peer {
+                Ok(peer) => {
+                    for w in conn.retune(shared.cfg.wan_params(&peer.site)) {
+                        warn!(peer = %peer.site, "WAN tuning: {w}");
+                    }
+                    run_link(shared, conn, peer, Role::Acceptor).await;
+                }
+                Err(e) => note_handshake_failure(&shared, remote, &e),
+            }
+        });
+    }
+}
+
+/// Keeps a link to `peer` (whose name sorts after ours) up: dial, authenticate,
+/// run, and on failure try again with exponential backoff.
+pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
+    let params = shared.cfg.wan_params(&peer.name).clone();
+    let bind_ip = Some(shared.cfg.own_site().gateway_wan.ip());
+    let mut backoff = BACKOFF_MIN;
+    let mut warned = false;
+    while !shared.stopping.is_cancelled() {
+        let attempt = async {
+            let (mut conn, warnings) = TcpConn::connect(
+                bind_ip,
+                peer.gateway_wan,
+                &params,
+                shared.cfg.limits.max_frame,
+                HANDSHAKE_TIMEOUT,
+            )
+            .await
+            .map_err(|e| format!("connect to {}: {e}", peer.gateway_wan))?;
+            for w in warnings {
+                warn!(peer = %peer.name, "WAN tuning: {w}");
+            }
+            let name = peer.name.clone();
+            let r = auth::handshake(
+                &mut conn,
+                &shared.cfg.psk,
+                &shared.cfg.site,
+                shared.cfg.limits.max_frame,
+                |s| s == name,
+                HANDSHAKE_TIMEOUT,
+            )
+            .await;
+            match r {
+                Ok(info) => Ok((conn, info)),
+                Err(e) => {
+                    note_handshake_failure(&shared, peer.gateway_wan, &e);
+                    Err(String::new())
+                }
+            }
+        };
+        let r = tokio::select! {
+            r = attempt => r,
+            _ = shared.stopping.cancelled() => return,
+        };
+        match r {
+            Ok((conn, info)) => {
+                backoff = BACKOFF_MIN;
+                warned = false;
+                let started = Instant::now();
+                // Gateway stop closes every link, which ends run_link and its flows.
+                run_link(shared.clone(), conn, info, Role::Dialer).await;
+                // A link that died young counts as a failure for the backoff.
+                if started.elapsed() < Duration::from_secs(2) {
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+            Err(msg) => {
+                if !msg.is_empty() {
+                    if warned {
+                        debug!(peer = %peer.name, "WAN dial failed: {msg}");
+                    } else {
+                        warn!(peer = %peer.name, "WAN dial failed (retrying with backoff): {msg}");
+                        warned = true;
+                    }
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shared.stopping.cancelled() => return,
+        }
+    }
+}

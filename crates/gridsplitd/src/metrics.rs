@@ -1,0 +1,306 @@
+//! Counters and the admin endpoint: `GET /status` (JSON, for people and the lab)
+//! and `GET /metrics` (Prometheus text format).
+//!
+//! The endpoint is a deliberately tiny HTTP/1.0 responder written on tokio rather
+//! than hyper or axum: it serves two fixed GET routes on a loopback address, reads
+//! at most 8 KiB of request head with a 2 s deadline and always closes after one
+//! response. That is the whole HTTP surface, small enough to audit at a glance,
+//! and it spares the daemon (and the 2-core build machines) a web framework's
+//! dependency tree for two read-only pages.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::debug;
+
+use crate::lanproto::Status;
+use crate::Shared;
+
+macro_rules! counters {
+    ($($name:ident: $kind:literal, $help:literal;)*) => {
+        /// Gateway-wide counters. Relaxed atomics: they are statistics, read by
+        /// /status and /metrics, and never used to synchronise anything.
+        pub struct Metrics {
+            $(pub $name: AtomicU64,)*
+            /// GSa1 replies sent to nodes, by status code.
+            pub replies: [AtomicU64; 7],
+            /// Outcomes of OPENs received from peers, by status code.
+            pub remote_opens: [AtomicU64; 7],
+            pub started: Instant,
+        }
+
+        impl Default for Metrics {
+            fn default() -> Self {
+                Self {
+                    $($name: AtomicU64::new(0),)*
+                    replies: Default::default(),
+                    remote_opens: Default::default(),
+                    started: Instant::now(),
+                }
+            }
+        }
+
+        impl Metrics {
+            /// (name, prometheus type, help, value) for every scalar counter.
+            pub fn scalars(&self) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+                vec![$((stringify!($name), $kind, $help, self.$name.load(Ordering::Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    lan_accepted: "counter", "LAN connections accepted from nodes";
+    flows_opened: "counter", "flows opened by our nodes and confirmed by the far gateway";
+    flows_active: "gauge", "flows currently relaying (both origins)";
+    flows_reset: "counter", "flows that ended in a reset";
+    relayed_bytes_out: "counter", "application bytes sent on WAN links";
+    relayed_bytes_in: "counter", "application bytes received on WAN links";
+    wan_frames_out: "counter", "frames sent on WAN links";
+    wan_frames_in: "counter", "frames received on WAN links";
+    wan_bytes_out: "counter", "bytes (framing included) sent on WAN links";
+    wan_bytes_in: "counter", "bytes (framing included) received on WAN links";
+    wan_protocol_errors: "counter", "WAN connections closed for malformed, oversized or out-of-order frames";
+    wan_stale_frames: "counter", "frames for recently closed flows, dropped";
+    auth_failures: "counter", "WAN peers that failed the handshake (bad key, unknown site, timeout, garbage)";
+    links_established: "counter", "WAN links authenticated and started";
+}
+
+impl Metrics {
+    pub fn reply_count(&self, s: Status) -> u64 {
+        self.replies[s as usize].load(Ordering::Relaxed)
+    }
+}
+
+pub fn status_json(shared: &Shared) -> serde_json::Value {
+    let m = &shared.metrics;
+    let mut counters = serde_json::Map::new();
+    for (name, _, _, v) in m.scalars() {
+        counters.insert(name.into(), v.into());
+    }
+    let by_status = |arr: &[AtomicU64; 7]| {
+        let mut o = serde_json::Map::new();
+        for s in Status::ALL {
+            o.insert(
+                s.name().into(),
+                arr[s as usize].load(Ordering::Relaxed).into(),
+            );
+        }
+        serde_json::Value::Object(o)
+    };
+    let links: Vec<_> = shared.links().iter().map(|l| l.status()).collect();
+    let up: Vec<&str> = links.iter().map(|l| l.peer.as_str()).collect();
+    let down: Vec<&str> = shared
+        .cfg
+        .peers()
+        .map(|p| p.name.as_str())
+        .filter(|p| !up.contains(p))
+        .collect();
+    serde_json::json!({
+        "site": shared.cfg.site,
+        "strategy": shared.cfg.strategy.name(),
+        "uptime_seconds": m.started.elapsed().as_secs_f64(),
+        "limits": {
+            "per_flow_buffer": shared.cfg.limits.per_flow_buffer,
+            "total_buffer": shared.cfg.limits.total_buffer,
+            "max_frame": shared.cfg.limits.max_frame,
+            "send_budget_free": shared.send_pool.available_permits(),
+            "receive_budget_free": shared.recv_pool.available_permits(),
+        },
+        "counters": counters,
+        "replies": by_status(&m.replies),
+        "remote_opens": by_status(&m.remote_opens),
+        "links": links,
+        "peers_down": down,
+    })
+}
+
+pub fn prometheus(shared: &Shared) -> String {
+    let m = &shared.metrics;
+    let mut out = String::with_capacity(4096);
+    for (name, kind, help, v) in m.scalars() {
+        let full = if kind == "counter" {
+            format!("gridsplit_{name}_total")
+        } else {
+            format!("gridsplit_{name}")
+        };
+        let _ = writeln!(
+            out,
+            "# HELP {full} {help}\n# TYPE {full} {kind}\n{full} {v}"
+        );
+    }
+    for (metric, arr, help) in [
+        (
+            "gridsplit_replies_total",
+            &m.replies,
+            "GSa1 replies sent to nodes",
+        ),
+        (
+            "gridsplit_remote_opens_total",
+            &m.remote_opens,
+            "outcomes of OPENs from peer gateways",
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        for s in Status::ALL {
+            let _ = writeln!(
+                out,
+                "{metric}{{status=\"{}\"}} {}",
+                s.name(),
+                arr[s as usize].load(Ordering::Relaxed)
+            );
+        }
+    }
+    let links = shared.links();
+    let _ = writeln!(out, "# HELP gridsplit_link_up 1 if the WAN link to the peer is authenticated\n# TYPE gridsplit_link_up gauge");
+    for p in shared.cfg.peers() {
+        let up = links.iter().any(|l| l.peer == p.name) as u8;
+        let _ = writeln!(out, "gridsplit_link_up{{peer=\"{}\"}} {up}", p.name);
+    }
+    type Field = fn(&crate::tune::TcpInfo) -> u64;
+    let fields: [(&str, &str, Field); 10] = [
+        ("gridsplit_wan_tcp_total_retrans", "counter", |i| {
+            i.total_retrans as u64
+        }),
+        ("gridsplit_wan_tcp_total_rto", "counter", |i| {
+            i.total_rto.unwrap_or(0) as u64
+        }),
+        ("gridsplit_wan_tcp_cwnd_segments", "gauge", |i| {
+            i.snd_cwnd as u64
+        }),
+        ("gridsplit_wan_tcp_rtt_us", "gauge", |i| i.rtt_us as u64),
+        ("gridsplit_wan_tcp_rttvar_us", "gauge", |i| {
+            i.rttvar_us as u64
+        }),
+        ("gridsplit_wan_tcp_pacing_rate_bps", "gauge", |i| {
+            i.pacing_rate_bps
+        }),
+        ("gridsplit_wan_tcp_delivery_rate_bps", "gauge", |i| {
+            i.delivery_rate_bps
+        }),
+        ("gridsplit_wan_tcp_bytes_sent", "counter", |i| i.bytes_sent),
+        ("gridsplit_wan_tcp_bytes_retrans", "counter", |i| {
+            i.bytes_retrans
+        }),
+        ("gridsplit_wan_tcp_notsent_bytes", "gauge", |i| {
+            i.notsent_bytes as u64
+        }),
+    ];
+    let infos: Vec<_> = links.iter().map(|l| (l.peer.clone(), l.status())).collect();
+    for (name, kind, f) in fields {
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (peer, st) in &infos {
+            for (i, info) in st.tcp_info.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{peer=\"{peer}\",stream=\"{i}\"}} {}", f(info));
+            }
+        }
+    }
+    let _ = writeln!(out, "# TYPE gridsplit_link_flows gauge");
+    for (peer, st) in &infos {
+        let _ = writeln!(out, "gridsplit_link_flows{{peer=\"{peer}\"}} {}", st.flows);
+    }
+    out
+}
+
+/// Serves the admin endpoint until the gateway stops.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shared.stopping.cancelled() => return,
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) =
+                tokio::time::timeout(Duration::from_secs(2), answer(&shared, stream)).await
+            {
+                debug!("admin request timed out: {e}");
+            }
+        });
+    }
+}
+
+async fn answer(shared: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > 8192 {
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "too large\n",
+            )
+            .await;
+        }
+    }
+    let line =
+        String::from_utf8_lossy(head.split(|&b| b == b'\n').next().unwrap_or_default()).to_string();
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/status") => {
+            let body =
+                serde_json::to_string_pretty(&status_json(shared)).unwrap_or_default() + "\n";
+            respond(&mut stream, "200 OK", "application/json", &body).await
+        }
+        ("GET", "/metrics") => {
+            respond(
+                &mut stream,
+                "200 OK",
+                "text/plain; version=0.0.4",
+                &prometheus(shared),
+            )
+            .await
+        }
+        ("GET", _) => {
+            respond(
+                &mut stream,
+                "404 Not Found",
+                "text/plain",
+                "try /status or /metrics\n",
+            )
+            .await
+        }
+        _ => {
+            respond(
+                &mut stream,
+                "405 Method Not Allowed",
+                "text/plain",
+                "GET only\n",
+            )
+            .await
+        }
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}

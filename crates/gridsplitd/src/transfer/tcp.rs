@@ -1,0 +1,256 @@
+//! The single-TCP-connection WAN driver: one tuned socket carries every frame.
+//!
+//! Sends are vectored writes of the segments an `OutBuf` collected, so DATA
+//! payloads go from the LAN read buffer to the kernel without being copied here.
+//! Receives read large blocks into one `BytesMut` and cut frames out of it; DATA
+//! payloads are handed on as slices of that block (again no copy).
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use super::{RecvError, WanConn, WanProbe, WanRx, WanTx};
+use crate::config::WanParams;
+use crate::tune::{self, Applied, TcpInfo};
+use crate::wire::{self, Frame, OutBuf};
+
+/// Bytes the writer may gather into one vectored write: large enough to amortise
+/// the syscall, small enough that the scheduler keeps choosing what goes next
+/// (NewMadeleine's "one packet in flight, one ahead").
+const WRITE_BATCH: usize = 256 * 1024;
+/// Read granularity on the WAN socket.
+const READ_BLOCK: usize = 128 * 1024;
+/// iovecs per writev (IOV_MAX is 1024; beyond ~64 the gain is nil).
+const MAX_IOV: usize = 64;
+
+pub struct TcpConn {
+    stream: TcpStream,
+    rbuf: BytesMut,
+    /// Largest frame we accept (our own limits.max_frame).
+    recv_max: usize,
+    peer: SocketAddr,
+    params: WanParams,
+}
+
+impl TcpConn {
+    fn new(stream: TcpStream, recv_max: usize, params: WanParams) -> io::Result<Self> {
+        let peer = stream.peer_addr()?;
+        Ok(Self {
+            stream,
+            rbuf: BytesMut::with_capacity(READ_BLOCK),
+            recv_max,
+            peer,
+            params,
+        })
+    }
+
+    /// Dials a peer gateway from `bind_ip` (our own WAN address, so the peer sees the
+    /// address it knows us by), tuned before the SYN so the window scale fits the BDP.
+    pub async fn connect(
+        bind_ip: Option<std::net::IpAddr>,
+        peer: SocketAddr,
+        params: &WanParams,
+        recv_max: usize,
+        timeout: Duration,
+    ) -> io::Result<(Self, Vec<String>)> {
+        let sock = if peer.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        let warnings = tune::apply(&sock, params);
+        if let Some(ip) = bind_ip {
+            if !ip.is_unspecified() {
+                sock.bind(SocketAddr::new(ip, 0))?;
+            }
+        }
+        let stream = tokio::time::timeout(timeout, sock.connect(peer))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        Ok((Self::new(stream, recv_max, params.clone())?, warnings))
+    }
+
+    /// Wraps an accepted connection; the listener's tuning was inherited, and the
+    /// per-peer settings that can still change after the handshake are applied by
+    /// `retune`.
+    pub fn accepted(stream: TcpStream, recv_max: usize, params: &WanParams) -> io::Result<Self> {
+        Self::new(stream, recv_max, params.clone())
+    }
+
+    /// Re-applies per-peer parameters once the peer's identity is known.
+    pub fn retune(&mut self, params: &WanParams) -> Vec<String> {
+        self.params = params.clone();
+        tune::apply(&self.stream, params)
+    }
+
+    pub fn applied(&self) -> Applied {
+        tune::read_back(&self.stream, &self.params)
+    }
+}
+
+/// The WAN listener, tuned like the links it will accept (largest buffers of any
+/// configured link, since window scaling is fixed at SYN time).
+pub fn listen(addr: SocketAddr, params: &WanParams) -> io::Result<(TcpListener, Vec<String>)> {
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    let warnings = tune::apply(&sock, params);
+    sock.bind(addr)?;
+    Ok((sock.listen(256)?, warnings))
+}
+
+async fn read_frame(
+    stream: &mut (impl AsyncReadExt + Unpin),
+    rbuf: &mut BytesMut,
+    max: usize,
+) -> Result<Frame, RecvError> {
+    loop {
+        if let Some(f) = wire::decode(rbuf, max)? {
+            return Ok(f);
+        }
+        if rbuf.capacity() - rbuf.len() < READ_BLOCK / 2 {
+            rbuf.reserve(READ_BLOCK);
+        }
+        if stream.read_buf(rbuf).await? == 0 {
+            return Err(if rbuf.is_empty() {
+                RecvError::Closed
+            } else {
+                RecvError::Wire(wire::WireError::Truncated { need: 1 })
+            });
+        }
+    }
+}
+
+async fn write_segments(
+    w: &mut (impl AsyncWriteExt + Unpin),
+    segs: &mut [Bytes],
+) -> io::Result<()> {
+    let mut first = 0;
+    while first < segs.len() {
+        let iov: Vec<IoSlice<'_>> = segs[first..]
+            .iter()
+            .take(MAX_IOV)
+            .map(|s| IoSlice::new(s))
+            .collect();
+        let mut n = w.write_vectored(&iov).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while first < segs.len() && n >= segs[first].len() {
+            n -= segs[first].len();
+            first += 1;
+        }
+        if n > 0 {
+            segs[first].advance(n);
+        }
+    }
+    Ok(())
+}
+
+impl WanConn for TcpConn {
+    type Tx = TcpTx;
+    type Rx = TcpRx;
+    type Probe = TcpProbe;
+
+    async fn send_frame(&mut self, f: &Frame) -> io::Result<()> {
+        let mut out = OutBuf::new();
+        f.encode(&mut out);
+        write_segments(&mut self.stream, &mut out.take_segments()).await
+    }
+
+    async fn recv_frame(&mut self) -> Result<Frame, RecvError> {
+        read_frame(&mut self.stream, &mut self.rbuf, self.recv_max).await
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn split(self) -> (TcpTx, TcpRx, TcpProbe) {
+        let fd = self.stream.as_fd().try_clone_to_owned().ok();
+        let (r, w) = self.stream.into_split();
+        (
+            TcpTx { w },
+            TcpRx {
+                r,
+                rbuf: self.rbuf,
+                max: self.recv_max,
+            },
+            TcpProbe {
+                fd,
+                params: self.params,
+            },
+        )
+    }
+}
+
+pub struct TcpTx {
+    w: OwnedWriteHalf,
+}
+
+impl WanTx for TcpTx {
+    fn room(&self) -> usize {
+        WRITE_BATCH
+    }
+
+    async fn send(&mut self, out: &mut OutBuf) -> io::Result<()> {
+        let mut segs = out.take_segments();
+        write_segments(&mut self.w, &mut segs).await
+    }
+}
+
+pub struct TcpRx {
+    r: OwnedReadHalf,
+    rbuf: BytesMut,
+    max: usize,
+}
+
+impl WanRx for TcpRx {
+    async fn recv(&mut self) -> Result<Frame, RecvError> {
+        read_frame(&mut self.r, &mut self.rbuf, self.max).await
+    }
+}
+
+/// A duplicate of the socket's descriptor, so /status can query the kernel while
+/// the two halves are busy elsewhere.
+pub struct TcpProbe {
+    fd: Option<OwnedFd>,
+    params: WanParams,
+}
+
+impl WanProbe for TcpProbe {
+    fn streams(&self) -> usize {
+        1
+    }
+
+    fn tcp_info(&self) -> Vec<TcpInfo> {
+        self.fd
+            .iter()
+            .filter_map(|fd| tune::tcp_info(fd).ok())
+            .collect()
+    }
+
+    fn applied(&self) -> Vec<Applied> {
+        self.fd
+            .iter()
+            .map(|fd| tune::read_back(fd, &self.params))
+            .collect()
+    }
+
+    fn close(&self) {
+        // shutdown() acts on the socket, not the descriptor: it ends the connection
+        // even though the halves still hold their own references.
+        if let Some(fd) = &self.fd {
+            let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
