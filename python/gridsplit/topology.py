@@ -120,6 +120,21 @@ class WanLink:
         return self.b if site == self.a else self.a
 
 
+STRATEGIES = ("fifo", "aggregate", "fair")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """How the site gateways (gridsplitd) run in this topology."""
+
+    strategy: str = "fair"
+    congestion: str = "cubic"
+    lan_port: int = 7100
+    wan_port: int = 7200
+    per_flow_buffer: int = 4 * 1048576
+    total_buffer: int = 256 * 1048576
+
+
 @dataclass(frozen=True)
 class Topology:
     name: str
@@ -129,6 +144,7 @@ class Topology:
     wans: tuple[WanLink, ...]
     sites_block: ipaddress.IPv4Network
     wan_block: ipaddress.IPv4Network
+    gateways: GatewaySettings = field(default_factory=GatewaySettings)
 
     # -- lookups ---------------------------------------------------------
     def site(self, name: str) -> Site:
@@ -296,7 +312,8 @@ SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "n
              "uplink_mbps", "gateway", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
-TOP_KEYS = ("name", "description", "addressing", "defaults", "site", "wan")
+TOP_KEYS = ("name", "description", "addressing", "defaults", "site", "wan", "gateways")
+GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -422,9 +439,21 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             s = replace(s, uplink_mbps=max(rates))
         resolved.append(s)
 
+    g = _Reader(src, "gateways", data.get("gateways", {}), GATEWAY_KEYS)
+    gw = GatewaySettings(
+        strategy=g.string("strategy", "fair", STRATEGIES),
+        congestion=g.string("congestion", "cubic", CONGESTION_CONTROLS),
+        lan_port=g.integer("lan_port", 7100, lo=1, hi=65535),
+        wan_port=g.integer("wan_port", 7200, lo=1, hi=65535),
+        per_flow_buffer=g.integer("per_flow_buffer", 4 * 1048576, lo=65536),
+        total_buffer=g.integer("total_buffer", 256 * 1048576, lo=1048576),
+    )
+    if gw.lan_port == gw.wan_port:
+        g.fail("wan_port", "must differ from lan_port")
+
     return Topology(
         name=name, description=top.string("description", ""), source=src,
-        sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block,
+        sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block, gateways=gw,
     )
 
 

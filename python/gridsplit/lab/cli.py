@@ -40,11 +40,13 @@ def lab() -> None:
               help="A preset (paper, g5k9, mini) or a topology TOML file.")
 @click.option("--nodes", "-n", type=click.IntRange(1, 250), default=None,
               help="Node count of the topology's variable sites (paper: bordeaux senders).")
-def up(topology: str, nodes: int | None) -> None:
-    """Build the lab: namespaces, switches, routers, WAN links, delay line."""
+@click.option("--no-gateways", is_flag=True, help="Do not start gridsplitd on the gateway hosts.")
+def up(topology: str, nodes: int | None, no_gateways: bool) -> None:
+    """Build the lab: namespaces, switches, routers, WAN links, delay line, gateways."""
     con = _console()
     t0 = time.monotonic()
-    state = realize.up(topology, nodes, _names(), progress=lambda m: con.print(f"[dim]·[/dim] {m}"))
+    state = realize.up(topology, nodes, _names(), progress=lambda m: con.print(f"[dim]·[/dim] {m}"),
+                       gateways=not no_gateways)
     hosts = state.topo.hosts()
     con.print(f"lab [bold]{state.topo.name}[/bold] is up in {time.monotonic() - t0:.1f} s: "
               f"{len(state.topo.sites)} sites, {len(hosts)} hosts, {len(state.topo.wans)} WAN links "
@@ -140,15 +142,19 @@ def check(as_json: bool, pairs: int, seconds: float) -> None:
 @click.option("--impl", type=click.Choice(["mpich", "openmpi"]), default="mpich", show_default=True)
 @click.option("-n", "nprocs", type=click.IntRange(1, 4096), default=None, help="Number of ranks (default: one per host).")
 @click.option("--hosts", default=None, help="Comma-separated lab hosts, rank 0 on the first (default: every node).")
+@click.option("--split/--direct", default=False, show_default=True,
+              help="Through the site gateways (libgridsplit.so preloaded into the ranks), or node to node.")
 @click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
 @click.argument("prog", nargs=-1, required=True, type=click.UNPROCESSED)
-def mpirun(impl: str, nprocs: int | None, hosts: str | None, timeout: float | None, prog: tuple[str, ...]) -> None:
+def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: bool, timeout: float | None,
+           prog: tuple[str, ...]) -> None:
     """Run a real MPI job across lab nodes: gridsplit lab mpirun -n 4 -- PROG ARGS."""
-    from .mpi import mpirun as run_mpi
+    from .mpi import mpirun as run_mpi, split_env
     state = realize.load_state(_names())
     hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
     prog = prog[1:] if prog and prog[0] == "--" else prog
-    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), timeout=timeout)
+    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=split_env(state) if split else None,
+                 timeout=timeout)
     sys.exit(cp.returncode)
 
 

@@ -55,14 +55,25 @@ exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' 
     return path
 
 
+def split_env(state: LabState) -> dict[str, str]:
+    """What a rank needs to send its cross-site connections through the gateways."""
+    if not state.data.get("gateways"):
+        raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
+    return {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
+            "GRIDSPLIT_CONFIG": str(state.names.state_dir / "sites.toml")}
+
+
 def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The argv (run from the first host) and environment of one MPI job."""
+    """The argv (run from the first host) and environment of one MPI job.
+
+    `env` goes to the ranks only, not to the launcher and its daemons: the node
+    library must steer the application's connections, not the launcher's.
+    """
     rsh = str(launcher(state))
     names = ",".join(h.name for h in hosts)
     block = str(state.topo.sites_block)
     full_env = dict(os.environ)
-    full_env.update(env)
     if impl == "mpich":
         sysdeps.need_tool("mpiexec.mpich")
         full_env.setdefault("UCX_TLS", "tcp,self")
@@ -76,7 +87,7 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
                 "--mca", "plm_rsh_agent", rsh, "--mca", "plm_rsh_no_tree_spawn", "1",
                 "--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader",
                 "--mca", "btl_tcp_if_include", block, "--mca", "oob_tcp_if_include", block,
-                *sum((["-x", k] for k in env), []), *prog]
+                *sum((["-x", f"{k}={v}"] for k, v in env.items()), []), *prog]
     else:
         raise GridsplitError(f"--impl {impl!r}: choose one of {', '.join(IMPLS)}")
     return [rsh, "--exec", hosts[0].name, *argv], full_env
@@ -89,8 +100,8 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
     if not hosts:
         raise GridsplitError("no hosts to run on")
     argv, full_env = command(state, impl, n, hosts, prog, env or {})
-    # A session of its own, so a timeout stops the launcher and every rsh,
-    # proxy and rank it started (they share its process group), and nothing else.
+    # A session of its own, so that a timeout can find everything the launcher
+    # started (proxies make sessions of their own, hence the tree walk below).
     proc = subprocess.Popen(argv, env=full_env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.PIPE if capture else None)
@@ -105,14 +116,35 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
+def descendants(root: int) -> list[int]:
+    """PIDs of every live descendant of `root` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop the launcher and everything it started, by PID, and nothing else."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         try:
             proc.wait(timeout=3)
-            return
+            if not descendants(proc.pid):
+                return
         except subprocess.TimeoutExpired:
             continue

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -116,13 +117,16 @@ def _lock(names: LabNames) -> Iterator[None]:
 # ---------------------------------------------------------------------------
 
 
-def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None) -> LabState:
+def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
+       gateways: bool = True) -> LabState:
     topo = load_topology(spec, nodes)  # bad input first: it needs no privilege to report
     text = _topology_text(spec)
     sysdeps.need_root("gridsplit lab up")
     for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl"):
         sysdeps.need_tool(tool)
     wanem = sysdeps.built("gridsplit-wanem")
+    gw_sites = [s.name for s in topo.sites if s.gateway] if gateways else []
+    gridsplitd = sysdeps.built("gridsplitd") if gw_sites else None
 
     with _lock(names):
         leftovers = [ns for ns in list_netns() if names.owns_ns(ns)]
@@ -139,14 +143,22 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None)
             if topo.wans:
                 progress("calibrating the delay line against the path's own latency")
                 pid, comp = _calibrate(topo, names, wanem, pid)
+            pids = {"wanem": pid}
+            if gw_sites:
+                progress(f"starting gridsplitd on {len(gw_sites)} gateway(s)")
+                pids.update(_start_gateways(topo, names, gridsplitd, gw_sites))
             data = {
                 "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": {"wanem": pid}, "delay_compensation_us": comp,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
+                "gateways": gw_sites,
                 "tbf_burst_ms": BURST_MS, "topology": topo.to_dict(),
                 "namespaces": _all_ns(topo, names),
             }
             names.state_file.write_text(json.dumps(data, indent=1))
         except BaseException:
+            if os.environ.get("GRIDSPLIT_KEEP_FAILED"):
+                progress(f"setup failed; GRIDSPLIT_KEEP_FAILED is set, so the half-built lab stays for inspection ({names.state_dir})")
+                raise
             progress("setup failed; removing what was built")
             _teardown(names)
             raise
@@ -237,6 +249,59 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             tc_batch(rt, [tbf_line(dev, w.rate_mbps, w.buffer_bytes, "wan")])
             wan_lines.append(f"link set {peer} up")
     ip_batch(names.wan_ns, wan_lines)
+
+
+def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str]) -> dict[str, int]:
+    """One gridsplitd per gateway host, sharing one fresh pre-shared key."""
+    from ..gateway import gateway_toml, new_psk, sites_toml
+    psk = names.state_dir / "psk"
+    new_psk(psk)
+    (names.state_dir / "sites.toml").write_text(sites_toml(topo))
+    pids = {}
+    for site in sites:
+        cfg = names.state_dir / f"gw-{site}.toml"
+        cfg.write_text(gateway_toml(topo, site, str(psk)))
+        log = open(names.state_dir / f"gw-{site}.log", "w")
+        ns = names.host_ns(f"{site}-gw")
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, gridsplitd, "--config", str(cfg)],
+                                stdout=log, stderr=log, start_new_session=True)
+        pids[f"gw-{site}"] = proc.pid
+    # Ready when every gateway answers on its admin port and sees all its peers.
+    deadline = time.monotonic() + 15
+    pending = set(sites)
+    while pending and time.monotonic() < deadline:
+        for site in list(pending):
+            pid = pids[f"gw-{site}"]
+            if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+                tail = (names.state_dir / f"gw-{site}.log").read_text().strip().splitlines()
+                raise GridsplitError(f"gridsplitd on {site}-gw exited at start: {tail[-1] if tail else 'no output'}")
+            st = gateway_status(names, site, quiet=True)
+            if st is not None and _links_up(st) >= len(sites) - 1:
+                pending.discard(site)
+        time.sleep(0.1)
+    if pending:
+        raise GridsplitError(f"gateways {', '.join(sorted(pending))} did not bring up their WAN links within 15 s; "
+                             f"see {names.state_dir}/gw-*.log")
+    return pids
+
+
+def _links_up(status: dict[str, Any]) -> int:
+    # gridsplitd lists a link in /status only once it is authenticated and up.
+    return sum(1 for l in status.get("links", []) if l.get("peer"))
+
+
+def gateway_status(names: LabNames, site: str, quiet: bool = False) -> dict[str, Any] | None:
+    """The /status JSON of a lab gateway (read from inside its namespace)."""
+    from ..gateway import ADMIN
+    cp = in_ns(names.host_ns(f"{site}-gw"), [
+        sys.executable, "-c",
+        "import sys,urllib.request;sys.stdout.write(urllib.request.urlopen(sys.argv[1],timeout=3).read().decode())",
+        f"http://{ADMIN}/status"], check=False, timeout=10)
+    if cp.returncode != 0:
+        if quiet:
+            return None
+        raise GridsplitError(f"gateway of {site} does not answer on {ADMIN}: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else 'no output'}")
+    return json.loads(cp.stdout)
 
 
 def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int) -> tuple[int, int]:

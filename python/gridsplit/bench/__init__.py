@@ -1,0 +1,1 @@
+"""The bench package: benchmarks and their result files."""

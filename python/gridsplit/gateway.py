@@ -1,0 +1,83 @@
+"""Gateway configuration from a topology, and reading a running gateway's status.
+
+The topology is the single source of sites, subnets and WAN figures; this module
+turns it into the TOML that gridsplitd and libgridsplit.so both read
+(docs/protocol.md §5), for the lab or for a real deployment, and renders the
+JSON a gateway serves on its admin endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .errors import GridsplitError
+from .topology import Topology
+
+ADMIN = "127.0.0.1:7300"
+
+
+def sites_toml(topo: Topology) -> str:
+    """The [[site]] tables: what nodes need to know (their library reads only these)."""
+    g = topo.gateways
+    out = []
+    for s in topo.sites:
+        if not s.gateway:
+            continue
+        out.append(f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
+                   f'gateway_lan = "{s.gateway_ip}:{g.lan_port}"\ngateway_wan = "{s.gateway_ip}:{g.wan_port}"\n')
+    return "\n".join(out)
+
+
+def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN) -> str:
+    """The full gridsplitd config for the gateway of `site`."""
+    s = topo.site(site)
+    if not s.gateway:
+        raise GridsplitError(f"site {site!r} has no gateway in topology {topo.name!r} (set gateway = true)")
+    g = topo.gateways
+    peers = [w for w in topo.wans if site in (w.a, w.b) and topo.site(w.peer(site)).gateway]
+    # Defaults for every link; each [[link]] then carries its own path's BDP.
+    fastest = max((w.rate_mbps for w in peers), default=1000.0)
+    lines = [
+        f"# gridsplitd config for site {site}, generated from topology {topo.name!r} ({topo.source}).",
+        "[gateway]",
+        f'site = "{site}"',
+        f'lan_listen = "{s.gateway_ip}:{g.lan_port}"',
+        f'wan_listen = "{s.gateway_ip}:{g.wan_port}"',
+        f'admin_listen = "{admin}"',
+        f'strategy = "{g.strategy}"',
+        f'psk_file = "{psk_file}"',
+        "",
+        "[limits]",
+        f"per_flow_buffer = {g.per_flow_buffer}",
+        f"total_buffer = {g.total_buffer}",
+        "",
+        "[wan]",
+        f'congestion = "{g.congestion}"',
+        f"bandwidth_bps = {int(fastest * 1e6)}",
+        "rtt_ms = 10.0",
+        "nodelay = true",
+        "",
+    ]
+    for w in peers:
+        lines += ["[[link]]", f'peer = "{w.peer(site)}"', f"bandwidth_bps = {int(w.rate_mbps * 1e6)}",
+                  f"rtt_ms = {w.rtt_ms:g}", ""]
+    return "\n".join(lines) + "\n" + sites_toml(topo)
+
+
+def new_psk(path: Path) -> None:
+    """A fresh 256-bit pre-shared key, readable by root only."""
+    path.write_text(secrets.token_hex(32) + "\n")
+    path.chmod(0o600)
+
+
+def fetch_status(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise GridsplitError(f"cannot read gateway status from {url}: {e}; is gridsplitd running with that admin_listen?") from None
