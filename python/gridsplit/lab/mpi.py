@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from .. import sysdeps
@@ -135,16 +136,24 @@ def descendants(root: int) -> list[int]:
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    """Stop the launcher and everything it started, by PID, and nothing else."""
+    """Stop the launcher and everything it started, by PID, and nothing else.
+
+    The tree is listed before the first signal: once the launcher dies its
+    children are re-parented and could no longer be told from other processes.
+    """
+    tree = [proc.pid, *descendants(proc.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in [proc.pid, *descendants(proc.pid)]:
+        for pid in tree:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree[1:]):
+            time.sleep(0.05)
         try:
-            proc.wait(timeout=3)
-            if not descendants(proc.pid):
-                return
+            proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             continue
+        if not any(Path(f"/proc/{p}").exists() for p in tree[1:]):
+            return
