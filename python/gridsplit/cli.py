@@ -44,6 +44,8 @@ def main() -> None:
 
     \b
     lab       an emulated multi-site grid on this machine (namespaces, real TCP, real MPI)
+    gateway   site gateways (gridsplitd): configs and status
+    run       run an MPI job with its cross-site connections split at the gateways
     """
 
 
@@ -51,6 +53,9 @@ def emit_json(obj) -> None:
     click.echo(json.dumps(obj, indent=1, default=str))
 
 
-from .lab.cli import lab  # noqa: E402  (sub-command groups register themselves here)
+from .gwcli import gateway, run  # noqa: E402  (sub-command groups register here)
+from .lab.cli import lab  # noqa: E402
 
 main.add_command(lab)
+main.add_command(gateway)
+main.add_command(run)

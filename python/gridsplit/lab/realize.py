@@ -232,7 +232,12 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
             in_ns(hns, ["ethtool", "-K", N.HOST_IF, "tso", "off", "gso", "off", "gro", "off"])
             tc_batch(hns, [tbf_line(N.HOST_IF, site.nic_mbps, site.nic_queue_bytes, "nic")])
-            _sysctl(hns, {**site.tcp.sysctls(), "net.ipv4.tcp_no_metrics_save": "1"})
+            extra = {"net.ipv4.tcp_no_metrics_save": "1"}
+            if h.role == "gateway":
+                # The WAN link must keep its window across idle periods (no
+                # slow-start restart): one long-lived connection is the point.
+                extra["net.ipv4.tcp_slow_start_after_idle"] = "0"
+            _sysctl(hns, {**site.tcp.sysctls(), **extra})
 
         ip_batch(rt, [f"addr add {site.router_ip}/24 dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
         _sysctl(rt, {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0"})

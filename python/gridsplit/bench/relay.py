@@ -1,0 +1,601 @@
+"""Relay benchmark: gridsplitd against HAProxy and a direct connection, in one run.
+
+    python3 -m gridsplit.bench.relay [--out results/relay] [--repeat 5] [--seconds 5]
+
+On loopback only (127.0.0.0/8) it builds three chains from the same client to the
+same kind of server and measures them interleaved, K times over:
+
+    direct      client ──────────────────────────────────────▶ server
+    gridsplitd  client ─▶ gridsplitd A ═══ WAN link ═══▶ gridsplitd B ─▶ server
+    haproxy     client ─▶ haproxy A ──────────────────────▶ haproxy B ─▶ server
+
+Sites are 127.0.1.0/24 (client, gateway A) and 127.0.2.0/24 (server, gateway B),
+as in gridsplitd's end-to-end tests. The gridsplitd client is an unmodified
+program with build/libgridsplit.so preloaded (the real node path: GSq1 on connect,
+GSo1 on accept). Each relay is one process: gridsplitd as built, HAProxy in
+`mode tcp` with `nbthread 1` and otherwise default settings (it sets TCP_NODELAY on
+its sockets by itself; kernel splicing stays off as by default).
+
+Metrics, each per repeat, reported as median and min–max over repeats:
+  * RTT of an 8-byte ping-pong (median and p99 of >= 20k round trips); each chain
+    has two relay hops, so the added RTT per hop is (chain − direct) / 2, taken
+    against the direct RTT of the same repeat;
+  * throughput of one stream (client → server, timed until the server has it all);
+  * relay CPU: utime+stime of both relay processes (from /proc/PID/stat) during the
+    stream, per GB of application payload carried end to end (each relay handles
+    every byte once in each of its two sockets' directions it carries).
+
+Results go to a rich table and to OUT/YYYY-MM-DD-HOSTNAME.{json,md}. Every process
+started here is stopped by its PID, also on Ctrl-C, SIGTERM or failure.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[3]
+CHAINS = ("direct", "gridsplitd", "haproxy")
+RELAYS = ("gridsplitd", "haproxy")
+
+# Addresses: site alpha (client side) and site beta (server side).
+CLIENT_IP = "127.0.1.10"
+SERVER_IP = "127.0.2.20"
+GW_A, GW_B = "127.0.1.254", "127.0.2.254"
+SERVER_PORT = {"direct": 5101, "gridsplitd": 5102, "haproxy": 5103}
+GS_LAN, GS_WAN, GS_ADMIN = 7100, 7200, 7300
+HAP_A, HAP_B = 8100, 8200
+
+TICK = os.sysconf("SC_CLK_TCK")
+console = Console(highlight=False)
+
+
+class BenchError(Exception):
+    """A failure worth one line to the user (no traceback)."""
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: unwind like Ctrl-C so every process gets stopped."""
+
+
+# ------------------------------------------------------------------ processes
+
+
+@dataclass
+class Processes:
+    """Long-running processes of the run, stopped by PID in reverse start order."""
+
+    logdir: Path
+    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.logdir / f"{name}.log", "wb")
+        # A session of its own: the terminal's Ctrl-C reaches only us, and we stop
+        # the children in order instead of racing them.
+        p = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        log.close()
+        self.procs.append((name, p))
+        return p
+
+    def pid(self, name: str) -> int:
+        return next(p.pid for n, p in self.procs if n == name)
+
+    def check(self) -> None:
+        for name, p in self.procs:
+            if p.poll() is not None:
+                tail = (self.logdir / f"{name}.log").read_text(errors="replace").strip()
+                tail = tail.splitlines()[-1] if tail else "(no output)"
+                raise BenchError(f"{name} exited with status {p.returncode}: {tail}")
+
+    def stop(self) -> None:
+        for _, p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 3
+        for _, p in reversed(self.procs):
+            try:
+                p.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs.clear()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a whole process (all threads), in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # The command name may contain spaces; fields resume after its closing paren.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def wait_port(ip: str, port: int, procs: Processes, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check()
+        try:
+            with socket.create_connection((ip, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise BenchError(f"{what} is not listening on {ip}:{port} after {timeout:.0f} s")
+
+
+def check_free(addrs: list[tuple[str, int]]) -> None:
+    for ip, port in addrs:
+        s = socket.socket()
+        try:
+            s.bind((ip, port))
+        except OSError as e:
+            raise BenchError(
+                f"{ip}:{port} is not available ({e.strerror}); is another benchmark or lab running?"
+            ) from None
+        finally:
+            s.close()
+
+
+# ------------------------------------------------------------------ set-up
+
+
+def gridsplitd_config(d: Path, site: str, strategy: str) -> Path:
+    own = {"alpha": GW_A, "beta": GW_B}[site]
+    text = f"""# Generated by gridsplit.bench.relay: loopback sites, product defaults otherwise.
+[gateway]
+site = "{site}"
+lan_listen = "{own}:{GS_LAN}"
+wan_listen = "{own}:{GS_WAN}"
+admin_listen = "{own}:{GS_ADMIN}"
+strategy = "{strategy}"
+psk_file = "{d / 'psk'}"
+
+[[site]]
+name = "alpha"
+subnet = "127.0.1.0/24"
+gateway_lan = "{GW_A}:{GS_LAN}"
+gateway_wan = "{GW_A}:{GS_WAN}"
+
+[[site]]
+name = "beta"
+subnet = "127.0.2.0/24"
+gateway_lan = "{GW_B}:{GS_LAN}"
+gateway_wan = "{GW_B}:{GS_WAN}"
+"""
+    path = d / f"gridsplitd-{site}.toml"
+    path.write_text(text)
+    return path
+
+
+def haproxy_config(d: Path, name: str, bind: str, server: str, splice: bool) -> Path:
+    # One thread per instance, like one gridsplitd process per gateway; long client
+    # and server timeouts so that no measurement is cut short.
+    text = f"""# Generated by gridsplit.bench.relay: TCP relay {name}, one thread.
+global
+    nbthread 1
+    maxconn 1024
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 10m
+    timeout server 10m
+{'    option splice-auto' if splice else ''}
+
+frontend in
+    bind {bind}
+    default_backend out
+
+backend out
+    server next {server}
+"""
+    path = d / f"haproxy-{name}.cfg"
+    path.write_text(text)
+    return path
+
+
+def wait_link(admin: str, procs: Processes, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check()
+        try:
+            with urllib.request.urlopen(f"http://{admin}/status", timeout=1) as r:
+                if json.load(r).get("links"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise BenchError(f"gridsplitd gateways did not establish their WAN link in {timeout:.0f} s")
+
+
+def build(quiet: bool) -> None:
+    steps = [
+        (["make", "-s", "-C", str(ROOT / "bench/relay")], "relaybench (make -C bench/relay)"),
+        # Only the library: the preload tests' binaries are not needed here.
+        (["make", "-s", "-C", str(ROOT / "preload"), "../build/libgridsplit.so"],
+         "libgridsplit.so (make -C preload)"),
+        (["cargo", "build", "--release", "--quiet", "-p", "gridsplitd"], "gridsplitd (cargo build --release)"),
+    ]
+    for argv, what in steps:
+        if not quiet:
+            console.print(f"[dim]building {what}[/dim]")
+        r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"]
+            raise BenchError(f"building {what} failed: {last[0]}")
+
+
+# ------------------------------------------------------------------ measuring
+
+
+@dataclass
+class Chain:
+    name: str
+    client_argv_prefix: list[str]  # "IP PORT" and options, after the subcommand
+    client_env: dict
+    relays: list[str]  # process names whose CPU counts
+
+
+def run_client(bench: Path, sub: str, chain: Chain, extra: list[str], timeout: float) -> dict:
+    argv = [str(bench), sub, *chain.client_argv_prefix, *extra]
+    r = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **chain.client_env},
+    )
+    if r.returncode != 0:
+        raise BenchError(f"{chain.name} {sub} failed: {(r.stderr.strip() or r.stdout.strip())[:300]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def measure(
+    bench: Path, procs: Processes, chains: list[Chain], repeat: int, seconds: float, count: int
+) -> list[dict]:
+    runs = []
+    for rep in range(repeat):
+        # Rotate the order every repeat: drift (thermal, other load) spreads evenly.
+        order = chains[rep % len(chains) :] + chains[: rep % len(chains)]
+        rec: dict = {"repeat": rep + 1, "order": [c.name for c in order], "ping": {}, "stream": {}}
+        for c in order:
+            procs.check()
+            cpu0 = {r: cpu_seconds(procs.pid(r)) for r in c.relays}
+            res = run_client(bench, "ping", c, ["--count", str(count), "--warmup", "2000"],
+                             timeout=count * 0.005 + 60)
+            res["relay_cpu_s"] = {r: cpu_seconds(procs.pid(r)) - cpu0[r] for r in c.relays}
+            rec["ping"][c.name] = res
+            console.print(
+                f"  repeat {rep + 1}/{repeat} ping   {c.name:<11} median {res['rtt_us']['median']:8.2f} µs"
+                f"   p99 {res['rtt_us']['p99']:8.2f} µs"
+            )
+        for c in order:
+            procs.check()
+            cpu0 = {r: cpu_seconds(procs.pid(r)) for r in c.relays}
+            res = run_client(bench, "stream", c, ["--seconds", str(seconds)], timeout=seconds + 60)
+            res["relay_cpu_s"] = {r: cpu_seconds(procs.pid(r)) - cpu0[r] for r in c.relays}
+            rec["stream"][c.name] = res
+            cpu = sum(res["relay_cpu_s"].values())
+            console.print(
+                f"  repeat {rep + 1}/{repeat} stream {c.name:<11} {res['gbps']:8.2f} Gb/s"
+                + (f"   relays {cpu / (res['bytes'] / 1e9):.3f} CPU-s/GB" if c.relays else "")
+            )
+        runs.append(rec)
+    return runs
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per-chain series over repeats, and their median/min/max."""
+
+    def stats(xs: list[float]) -> dict:
+        return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "values": xs}
+
+    out: dict = {}
+    for c in CHAINS:
+        rtt = [r["ping"][c]["rtt_us"]["median"] for r in runs]
+        p99 = [r["ping"][c]["rtt_us"]["p99"] for r in runs]
+        gbps = [r["stream"][c]["gbps"] for r in runs]
+        m = {"rtt_median_us": stats(rtt), "rtt_p99_us": stats(p99), "throughput_gbps": stats(gbps)}
+        if c != "direct":
+            # Two relay hops per chain; compare with the direct run of the same repeat.
+            m["added_rtt_per_hop_us"] = stats(
+                [(r["ping"][c]["rtt_us"]["median"] - r["ping"]["direct"]["rtt_us"]["median"]) / 2 for r in runs]
+            )
+            m["added_p99_per_hop_us"] = stats(
+                [(r["ping"][c]["rtt_us"]["p99"] - r["ping"]["direct"]["rtt_us"]["p99"]) / 2 for r in runs]
+            )
+            m["relay_cpu_s_per_gb"] = stats(
+                [sum(r["stream"][c]["relay_cpu_s"].values()) / (r["stream"][c]["bytes"] / 1e9) for r in runs]
+            )
+            m["relay_cpu_us_per_round_trip"] = stats(
+                [
+                    sum(r["ping"][c]["relay_cpu_s"].values()) * 1e6
+                    / (r["ping"][c]["count"] + r["ping"][c]["warmup"])
+                    for r in runs
+                ]
+            )
+        out[c] = m
+    g, h = out["gridsplitd"], out["haproxy"]
+    out["ratios_gridsplitd_over_haproxy"] = {
+        k: (g[k]["median"] / h[k]["median"] if h[k]["median"] else None)
+        for k in ("added_rtt_per_hop_us", "added_p99_per_hop_us", "throughput_gbps", "relay_cpu_s_per_gb",
+                  "relay_cpu_us_per_round_trip")
+    }
+    out["targets"] = {
+        "added_rtt_per_hop_le_10us": g["added_rtt_per_hop_us"]["median"] <= 10.0,
+        "added_rtt_per_hop_le_haproxy": g["added_rtt_per_hop_us"]["median"] <= h["added_rtt_per_hop_us"]["median"],
+        "throughput_ge_haproxy": g["throughput_gbps"]["median"] >= h["throughput_gbps"]["median"],
+    }
+    return out
+
+
+# ------------------------------------------------------------------ reporting
+
+ROWS = [
+    ("rtt_median_us", "8 B ping-pong RTT, median (µs)", 2),
+    ("rtt_p99_us", "8 B ping-pong RTT, p99 (µs)", 2),
+    ("added_rtt_per_hop_us", "added RTT per relay hop, median (µs)", 2),
+    ("added_p99_per_hop_us", "added RTT per relay hop, p99 (µs)", 2),
+    ("throughput_gbps", "one-stream throughput (Gb/s)", 2),
+    ("relay_cpu_s_per_gb", "relay CPU, both relays (CPU-s per GB)", 3),
+    ("relay_cpu_us_per_round_trip", "relay CPU, both relays (CPU-µs per round trip)", 1),
+]
+
+
+def cell(m: dict | None, digits: int) -> str:
+    if m is None:
+        return "—"
+    return f"{m['median']:.{digits}f} ({m['min']:.{digits}f}–{m['max']:.{digits}f})"
+
+
+def table(summary: dict, repeat: int) -> Table:
+    t = Table(title=f"relay benchmark: median (min–max) over {repeat} repeats")
+    t.add_column("metric")
+    for c in CHAINS:
+        t.add_column(c, justify="right")
+    t.add_column("gridsplitd / haproxy", justify="right")
+    ratios = summary["ratios_gridsplitd_over_haproxy"]
+    for key, label, digits in ROWS:
+        r = ratios.get(key)
+        t.add_row(label, *(cell(summary[c].get(key), digits) for c in CHAINS),
+                  f"{r:.2f}" if r is not None else "—")
+    return t
+
+
+def markdown(doc: dict) -> str:
+    s, p, m = doc["summary"], doc["parameters"], doc["machine"]
+    lines = [
+        f"# Relay benchmark, {doc['date']} on {m['hostname']}",
+        "",
+        f"Machine: {m['cpu_model']}, {m['cores']} cores, Linux {m['kernel']}.  ",
+        f"Versions: gridsplitd {doc['versions']['gridsplitd']}; {doc['versions']['haproxy']}.  ",
+        f"Parameters: {p['repeat']} repeats (chains interleaved, order rotated), "
+        f"{p['ping_count']} round trips of {p['ping_size']} B per ping run, "
+        f"{p['seconds']} s streams of {p['stream_block']} B writes; gridsplitd strategy `{p['strategy']}`, "
+        f"client {'with libgridsplit.so preloaded' if p['preload'] else 'speaking GSq1 itself'}; "
+        f"HAProxy `mode tcp`, `nbthread 1`, splice {'on' if p['haproxy_splice'] else 'off'}.",
+        "",
+        "Each chain has two relay hops; added RTT per hop = (chain RTT − direct RTT) / 2 in the same "
+        "repeat. Relay CPU is utime+stime of both relay processes during the stream, per GB carried.",
+        "",
+        "| metric | " + " | ".join(CHAINS) + " | gridsplitd / haproxy |",
+        "|---|" + "---:|" * (len(CHAINS) + 1),
+    ]
+    for key, label, digits in ROWS:
+        r = s["ratios_gridsplitd_over_haproxy"].get(key)
+        lines.append(
+            f"| {label} | " + " | ".join(cell(s[c].get(key), digits) for c in CHAINS)
+            + f" | {f'{r:.2f}' if r is not None else '—'} |"
+        )
+    tg = s["targets"]
+    lines += [
+        "",
+        "Targets: added RTT per hop ≤ 10 µs: " + ("met" if tg["added_rtt_per_hop_le_10us"] else "**missed**")
+        + "; ≤ HAProxy's: " + ("met" if tg["added_rtt_per_hop_le_haproxy"] else "**missed**")
+        + "; throughput ≥ HAProxy's: " + ("met" if tg["throughput_ge_haproxy"] else "**missed**") + ".",
+        "",
+        "Reproduce: `python3 -m gridsplit.bench.relay --repeat "
+        f"{p['repeat']} --seconds {p['seconds']}` (raw per-repeat numbers in the JSON file beside this one).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def machine_facts() -> dict:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": model,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+    }
+
+
+def versions(gridsplitd: Path) -> dict:
+    def out(argv: list[str]) -> str:
+        try:
+            r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=10)
+            return (r.stdout or r.stderr).strip()
+        except OSError:
+            return ""
+
+    rev = out(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
+    if out(["git", "status", "--porcelain", "--", "crates/gridsplitd"]):
+        rev += "-dirty"
+    return {
+        "gridsplitd": f"{out([str(gridsplitd), '--version']) or 'gridsplitd'} (git {rev})",
+        "haproxy": out(["haproxy", "-v"]).splitlines()[0] if shutil.which("haproxy") else "absent",
+    }
+
+
+# ------------------------------------------------------------------ command
+
+
+def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, preload: bool,
+        splice: bool, no_build: bool) -> dict:
+    if not shutil.which("haproxy"):
+        raise BenchError("haproxy is not installed: apt-get install haproxy")
+    if not no_build:
+        build(quiet=False)
+    bench = ROOT / "build/bench/relaybench"
+    gsd = ROOT / "target/release/gridsplitd"
+    lib = ROOT / "build/libgridsplit.so"
+    for f, how in [(bench, "make -C bench/relay"), (gsd, "cargo build --release -p gridsplitd")]:
+        if not f.exists():
+            raise BenchError(f"{f} is missing: {how}")
+    if preload and not lib.exists():
+        raise BenchError(f"{lib} is missing: make -C preload (or pass --no-preload)")
+
+    check_free(
+        [(SERVER_IP, p) for p in SERVER_PORT.values()]
+        + [(ip, p) for ip in (GW_A, GW_B) for p in (GS_LAN, GS_WAN, GS_ADMIN)]
+        + [(GW_A, HAP_A), (GW_B, HAP_B)]
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="gridsplit-bench-relay-"))
+    (tmp / "psk").write_bytes(secrets.token_hex(32).encode())
+    cfg_a = gridsplitd_config(tmp, "alpha", strategy)
+    cfg_b = gridsplitd_config(tmp, "beta", strategy)
+    procs = Processes(tmp)
+
+    def on_term(*_):
+        raise Stopped()
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        b = str(bench)
+        procs.start("server-direct", [b, "server", SERVER_IP, str(SERVER_PORT["direct"])])
+        if preload:
+            procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"])],
+                        {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_b), "GRIDSPLIT_SITE": "beta"})
+        else:
+            procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--gso1"])
+        procs.start("server-haproxy", [b, "server", SERVER_IP, str(SERVER_PORT["haproxy"])])
+        log = ["--log-level", "warn"]
+        procs.start("gridsplitd-a", [str(gsd), "--config", str(cfg_a), *log])
+        procs.start("gridsplitd-b", [str(gsd), "--config", str(cfg_b), *log])
+        hb = haproxy_config(tmp, "b", f"{GW_B}:{HAP_B}", f"{SERVER_IP}:{SERVER_PORT['haproxy']}", splice)
+        ha = haproxy_config(tmp, "a", f"{GW_A}:{HAP_A}", f"{GW_B}:{HAP_B}", splice)
+        # -db: stay in the foreground as one process, so its PID is the relay's.
+        procs.start("haproxy-b", ["haproxy", "-db", "-f", str(hb)])
+        procs.start("haproxy-a", ["haproxy", "-db", "-f", str(ha)])
+        for name, port in SERVER_PORT.items():
+            wait_port(SERVER_IP, port, procs, f"relaybench server ({name})")
+        wait_port(GW_B, HAP_B, procs, "haproxy B")
+        wait_port(GW_A, HAP_A, procs, "haproxy A")
+        wait_link(f"{GW_A}:{GS_ADMIN}", procs)
+
+        dst_gs = [SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--bind", CLIENT_IP]
+        if preload:
+            gs_chain = Chain("gridsplitd", dst_gs, {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_a),
+                                                    "GRIDSPLIT_SITE": "alpha"}, ["gridsplitd-a", "gridsplitd-b"])
+        else:
+            gs_chain = Chain("gridsplitd", [GW_A, str(GS_LAN), "--bind", CLIENT_IP, "--gsq1"],
+                             {"RELAYBENCH_DST": f"{SERVER_IP}:{SERVER_PORT['gridsplitd']}"},
+                             ["gridsplitd-a", "gridsplitd-b"])
+        chains = [
+            Chain("direct", [SERVER_IP, str(SERVER_PORT["direct"]), "--bind", CLIENT_IP], {}, []),
+            gs_chain,
+            Chain("haproxy", [GW_A, str(HAP_A), "--bind", CLIENT_IP], {}, ["haproxy-a", "haproxy-b"]),
+        ]
+        # A short pass through every chain first: fails fast, and warms every path.
+        for c in chains:
+            run_client(bench, "ping", c, ["--count", "200", "--warmup", "0"], timeout=30)
+        console.print(f"[bold]measuring[/bold] {', '.join(CHAINS)}: {repeat} repeats, "
+                      f"{count} round trips and {seconds:g} s streams each")
+        runs = measure(bench, procs, chains, repeat, seconds, count)
+        procs.check()
+    finally:
+        procs.stop()
+        signal.signal(signal.SIGTERM, old_term)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    summary = summarize(runs)
+    date = _dt.date.today().isoformat()
+    doc = {
+        "benchmark": "relay",
+        "date": date,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_facts(),
+        "versions": versions(gsd),
+        "parameters": {
+            "repeat": repeat, "seconds": seconds, "ping_count": count, "ping_warmup": 2000, "ping_size": 8,
+            "stream_block": 256 * 1024, "strategy": strategy, "preload": preload, "haproxy_splice": splice,
+            "haproxy_nbthread": 1, "loopback_sites": ["127.0.1.0/24", "127.0.2.0/24"],
+        },
+        "summary": summary,
+        "runs": runs,
+    }
+    console.print(table(summary, repeat))
+    tg = summary["targets"]
+    for k, ok in tg.items():
+        console.print(f"  target {k}: " + ("[green]met[/green]" if ok else "[red]missed[/red]"))
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{date}-{doc['machine']['hostname']}"
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(doc))
+    console.print(f"wrote {stem}.json and {stem}.md")
+    return doc
+
+
+@click.command("relay")
+@click.option("--out", type=click.Path(path_type=Path), default=ROOT / "results/relay", show_default=True,
+              help="Directory for YYYY-MM-DD-HOSTNAME.{json,md}.")
+@click.option("--repeat", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Interleaved repeats of every measurement.")
+@click.option("--seconds", type=click.FloatRange(0.5, 600), default=5.0, show_default=True,
+              help="Duration of each stream.")
+@click.option("--count", type=click.IntRange(20000, 10_000_000), default=20000, show_default=True,
+              help="Round trips per ping-pong run (after 2000 of warm-up).")
+@click.option("--strategy", type=click.Choice(["fair", "fifo", "aggregate"]), default="fair", show_default=True,
+              help="gridsplitd scheduling strategy.")
+@click.option("--preload/--no-preload", default=True, show_default=True,
+              help="Client and server run with libgridsplit.so, or speak GSq1/GSo1 themselves.")
+@click.option("--haproxy-splice", is_flag=True, help="Enable HAProxy's kernel splicing (off by default).")
+@click.option("--no-build", is_flag=True, help="Use the binaries as they are.")
+def relay(out, repeat, seconds, count, strategy, preload, haproxy_splice, no_build):
+    """Latency, throughput and CPU of gridsplitd vs HAProxy vs direct, on loopback."""
+    try:
+        run(out, repeat, seconds, count, strategy, preload, haproxy_splice, no_build)
+    except BenchError as e:
+        click.echo(f"gridsplit bench relay: error: {e}", err=True)
+        sys.exit(2)
+    except (KeyboardInterrupt, Stopped):
+        click.echo("gridsplit bench relay: interrupted; every process stopped", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    relay()

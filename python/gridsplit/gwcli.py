@@ -1,0 +1,142 @@
+"""`gridsplit gateway ...` and `gridsplit run`: operating gateways and nodes.
+
+`gateway config` writes a site's gridsplitd config from a topology (lab or real
+deployment), `gateway status` renders a gateway's /status JSON, and `run`
+prepares an MPI launch on a real cluster so that the ranks, and only the ranks,
+load libgridsplit.so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import click
+from rich.table import Table
+
+from . import sysdeps
+from .errors import GridsplitError
+from .gateway import ADMIN, fetch_status, gateway_toml
+from .topology import load_topology
+
+
+@click.group()
+def gateway() -> None:
+    """Site gateways (gridsplitd): generate configs, read status."""
+
+
+@gateway.command("config")
+@click.option("--topology", "-t", required=True, metavar="NAME|FILE")
+@click.option("--site", required=True, help="The site whose gateway this config is for.")
+@click.option("--psk-file", default="/etc/gridsplit/psk", show_default=True,
+              help="Pre-shared key file (same content on every gateway, ≥ 16 bytes, mode 600).")
+@click.option("--admin", default=ADMIN, show_default=True, help="Admin endpoint (JSON /status, Prometheus /metrics).")
+def config(topology: str, site: str, psk_file: str, admin: str) -> None:
+    """Print the gridsplitd config of SITE's gateway (also the nodes' GRIDSPLIT_CONFIG)."""
+    click.echo(gateway_toml(load_topology(topology), site, psk_file, admin), nl=False)
+
+
+@gateway.command()
+@click.option("--lab", "lab_site", metavar="SITE", help="A gateway of the running lab.")
+@click.option("--url", default=f"http://{ADMIN}/status", show_default=True, help="A gateway's admin /status URL.")
+@click.option("--json", "as_json", is_flag=True)
+def status(lab_site: str | None, url: str, as_json: bool) -> None:
+    """Links, flows, WAN TCP state (tcp_info) and counters of one gateway."""
+    if lab_site:
+        from .lab.names import LabNames
+        from .lab.realize import gateway_status, load_state
+        names = LabNames.from_env()
+        load_state(names).topo.site(lab_site)
+        st = gateway_status(names, lab_site)
+    else:
+        st = fetch_status(url)
+    if as_json:
+        from .cli import emit_json
+        emit_json(st)
+        return
+    render_status(st, lab_site or url)
+
+
+def render_status(st: dict, name: str) -> None:
+    from .cli import out
+    c = st.get("counters", {})
+    out.print(f"gateway [bold]{st.get('site', name)}[/bold]: {c.get('flows_active', 0)} active flows, "
+              f"{c.get('flows_opened', 0)} opened, {c.get('flows_reset', 0)} reset; relayed out "
+              f"{c.get('relayed_bytes_out', 0)} B, in {c.get('relayed_bytes_in', 0)} B; auth failures "
+              f"{c.get('auth_failures', 0)}, WAN protocol errors {c.get('wan_protocol_errors', 0)}")
+    t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "cwnd", "RTT", "retrans", "RTO timeouts",
+              "sndbuf/rcvbuf", "CC", title="WAN links")
+    for link in st.get("links", []):
+        tis = link.get("tcp_info") or [{}]
+        ap = (link.get("applied") or [{}])[0]
+        t.add_row(link.get("peer", "?"), link.get("role", ""), link.get("strategy", ""), str(link.get("flows", 0)),
+                  f"{link.get('queued_bytes', 0)} B", f"{link.get('frames_out', 0)}/{link.get('frames_in', 0)}",
+                  " ".join(str(ti.get("snd_cwnd", "")) for ti in tis),
+                  " ".join(f"{ti.get('rtt_us', 0) / 1000:.2f} ms" for ti in tis),
+                  " ".join(str(ti.get("total_retrans", ti.get("retransmits", ""))) for ti in tis),
+                  " ".join(str(ti.get("total_rto", ti.get("rto_timeouts", ""))) for ti in tis),
+                  f"{ap.get('sndbuf', '')}/{ap.get('rcvbuf', '')}", str(ap.get("congestion", "")))
+    out.print(t)
+    flows = st.get("flows", [])
+    if flows:
+        t = Table("flow", "peer", "source", "destination", "bytes out", "bytes in", "queued", title="flows")
+        for f in flows[:50]:
+            t.add_row(str(f.get("id", "")), str(f.get("peer", "")), str(f.get("src", "")), str(f.get("dst", "")),
+                      str(f.get("bytes_out", "")), str(f.get("bytes_in", "")), str(f.get("queued_bytes", "")))
+        out.print(t)
+
+
+def _launcher_kind(argv0: str) -> str | None:
+    """'mpich' (hydra), 'openmpi', or None for a command that is not an MPI launcher."""
+    base = os.path.basename(argv0)
+    if not base.startswith(("mpiexec", "mpirun", "orterun")):
+        return None
+    exe = shutil.which(argv0)
+    if exe is None:
+        raise GridsplitError(f"{argv0}: not found in PATH")
+    try:
+        ver = subprocess.run([exe, "--version"], text=True, capture_output=True, timeout=20).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    if "Open MPI" in ver or "OpenRTE" in ver:
+        return "openmpi"
+    if "HYDRA" in ver or "MPICH" in ver:
+        return "mpich"
+    return None
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The site's gridsplit config (as written by `gridsplit gateway config`).")
+@click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(config_path: str, lib: str | None, cmd: tuple[str, ...]) -> None:
+    """Run CMD (typically mpiexec/mpirun) with the ranks' connections split at the gateways.
+
+    \b
+    For MPICH's and Open MPI's launchers the library is passed to the ranks
+    only (-genv / -x), so the launcher's own ssh connections are left alone;
+    any other command gets it in its environment.
+      gridsplit run --config /etc/gridsplit/gridsplit.toml -- mpiexec -f hosts -n 64 ./app
+    """
+    argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
+    if not argv:
+        raise GridsplitError("no command given; usage: gridsplit run --config FILE -- mpiexec ...")
+    libpath = os.path.abspath(lib or sysdeps.built("libgridsplit.so"))
+    cfg = os.path.abspath(config_path)
+    kind = _launcher_kind(argv[0])
+    env = dict(os.environ)
+    if kind == "mpich":
+        argv = [argv[0], "-genv", "LD_PRELOAD", libpath, "-genv", "GRIDSPLIT_CONFIG", cfg, *argv[1:]]
+    elif kind == "openmpi":
+        argv = [argv[0], "-x", f"LD_PRELOAD={libpath}", "-x", f"GRIDSPLIT_CONFIG={cfg}", *argv[1:]]
+    else:
+        env.update(LD_PRELOAD=libpath, GRIDSPLIT_CONFIG=cfg)
+    click.echo(f"gridsplit run: {'ranks of ' + kind + ' launcher' if kind else 'command'} get LD_PRELOAD={libpath} "
+               f"GRIDSPLIT_CONFIG={cfg}", err=True)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        raise GridsplitError(f"{argv[0]}: not found in PATH") from None

@@ -1,0 +1,126 @@
+"""Connection splitting in the lab: real gateways, real MPI, real iperf3, security."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import PREFIX, gridsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = ROOT / "build" / "libgridsplit.so"
+
+
+def state_dir() -> Path:
+    return Path(f"/run/gridsplit/lab/{PREFIX}")
+
+
+def gw_status(site: str) -> dict:
+    return json.loads(gridsplit("gateway", "status", "--lab", site, "--json").stdout)
+
+
+def in_ns(host: str, *args: str, preload: bool = False, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    env = ["env", f"LD_PRELOAD={LIB}", f"GRIDSPLIT_CONFIG={state_dir() / 'sites.toml'}"] if preload else []
+    return subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", *env, *args], text=True,
+                          capture_output=True, timeout=timeout, **kw)
+
+
+@pytest.mark.parametrize("impl", ["mpich", "openmpi"])
+@pytest.mark.parametrize("prog,args", [
+    ("gather", ["-s", "100K", "-r", "10"]),
+    ("coll", ["-o", "alltoall", "-s", "50K", "-r", "10"]),
+    ("pingpong", ["-s", "1K,64K", "-r", "50"]),
+])
+def test_mpi_through_gateways(lab, impl, prog, args):
+    before = gw_status("east")["counters"]
+    hosts = "west-1,east-1" if prog == "pingpong" else "west-1,east-1,east-2,west-2"
+    cp = gridsplit("lab", "mpirun", "--split", "--impl", impl, "--hosts", hosts, "--timeout", "120",
+                   "--", str(ROOT / "build" / "mpi" / impl / prog), *args, "--check")
+    rows = [json.loads(l) for l in cp.stdout.splitlines() if l.startswith("{")]
+    assert rows and all(r["verified"] is True for r in rows), cp.stdout
+    after = gw_status("east")["counters"]
+    # The ranks' cross-site connections went through the east gateway...
+    assert after["flows_opened"] > before["flows_opened"]
+    # ...and so did the payload: at least one message per east rank and rep.
+    moved = (after["wan_bytes_out"] - before["wan_bytes_out"]) + (after["wan_bytes_in"] - before["wan_bytes_in"])
+    assert moved >= 10 * 50_000
+
+
+def test_iperf3_through_gateways(lab):
+    srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-west-1", "env", f"LD_PRELOAD={LIB}",
+                            f"GRIDSPLIT_CONFIG={state_dir() / 'sites.toml'}", "iperf3", "-s", "-1", "-p", "5999"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        before = gw_status("east")["counters"]["relayed_bytes_out"]
+        for _ in range(30):
+            cp = in_ns("east-1", "iperf3", "-J", "-c", "10.71.2.1", "-p", "5999", "-t", "2", preload=True)
+            if "refused" not in cp.stdout:
+                break
+        data = json.loads(cp.stdout)
+        got = data["end"]["sum_received"]["bytes"]
+        assert data["end"]["sum_received"]["bits_per_second"] > 50e6  # a 100 Mb/s path
+        assert gw_status("east")["counters"]["relayed_bytes_out"] - before >= got
+    finally:
+        srv.terminate()
+        srv.wait(timeout=5)
+
+
+def test_accept_reports_the_original_peer(lab):
+    server = ("import socket;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+              "s.bind(('10.71.2.1',6001));s.listen();c,a=s.accept();print(a[0],c.getpeername()[0]);"
+              "print(c.recv(100).decode())")
+    srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-west-1", "env", f"LD_PRELOAD={LIB}",
+                            f"GRIDSPLIT_CONFIG={state_dir() / 'sites.toml'}", "python3", "-c", server],
+                           stdout=subprocess.PIPE, text=True)
+    client = ("import socket,time\nfor i in range(50):\n try:\n  c=socket.create_connection(('10.71.2.1',6001));break\n"
+              " except OSError: time.sleep(0.1)\nc.sendall(b'hello');c.close()")
+    in_ns("east-1", "python3", "-c", client, preload=True)
+    out, _ = srv.communicate(timeout=20)
+    peer, peer2, msg = out.split()
+    assert peer == peer2 == "10.71.1.1"  # east-1, not the west gateway 10.71.2.254
+    assert msg == "hello"
+
+
+def gsq1(dst: str, port: int) -> bytes:
+    return b"GSq1" + bytes([1, 4]) + struct.pack("!H", port) + socket.inet_aton(dst) + bytes(12)
+
+
+def raw_request(host: str, gw: str, dst: str, port: int) -> bytes:
+    code = ("import socket,sys;c=socket.create_connection((sys.argv[1],7100));"
+            f"c.sendall(bytes.fromhex('{gsq1(dst, port).hex()}'));"
+            "sys.stdout.write(c.recv(8).hex())")
+    return bytes.fromhex(in_ns(host, "python3", "-c", code, gw).stdout.strip())
+
+
+def test_gateway_is_not_an_open_relay(lab):
+    # A destination outside every site subnet (here a WAN router address) is refused.
+    reply = raw_request("east-1", "10.71.1.254", "10.72.0.2", 22)
+    assert reply[:4] == b"GSa1" and reply[4] == 3  # FORBIDDEN
+    # A client outside the gateway's own site is refused too.
+    reply = raw_request("west-1", "10.71.1.254", "10.71.2.2", 22)
+    assert reply[:4] == b"GSa1" and reply[4] == 3
+
+
+def test_refused_far_connect_is_reported(lab):
+    reply = raw_request("east-1", "10.71.1.254", "10.71.2.2", 1)  # nothing listens on port 1
+    assert reply[:4] == b"GSa1" and reply[4] == 1  # REFUSED
+
+
+def test_garbage_and_unauthenticated_peers_get_nothing(lab):
+    before = gw_status("east")["counters"]
+    # An intruder on the west LAN speaks to the east gateway's WAN port.
+    code = ("import socket,sys\nfor payload in (b'GET / HTTP/1.0\\r\\n\\r\\n', bytes(range(256))*64):\n"
+            " c=socket.create_connection(('10.71.1.254',7200));c.sendall(payload)\n"
+            " c.settimeout(5)\n try:\n  while c.recv(65536): pass\n except OSError: pass\n c.close()\nprint('closed')")
+    assert in_ns("west-2", "python3", "-c", code).stdout.strip() == "closed"
+    after = gw_status("east")["counters"]
+    rejected = sum(after.get(k, 0) - before.get(k, 0) for k in ("wan_protocol_errors", "auth_failures"))
+    assert rejected >= 2
+    assert after["relayed_bytes_out"] == before["relayed_bytes_out"]
+    # ...and the real link still relays.
+    assert raw_request("east-1", "10.71.1.254", "10.71.2.2", 1)[4] == 1
