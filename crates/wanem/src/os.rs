@@ -1,0 +1,85 @@
+//! Thin safe wrappers over the few non-socket syscalls we need: clocks, timer slack,
+//! real-time scheduling and CPU accounting. Kept apart so that the `unsafe` blocks
+//! are small and the rest of the program reads as plain Rust.
+
+use std::io;
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; both clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The one time base of the delay line: it never jumps, unlike the wall clock.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Only used to translate the kernel's receive timestamps, which are wall-clock.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// The default 50 µs slack lets the kernel coalesce our wake-up with others; a
+/// delay line wants to wake when it asked to.
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and affects only the calling thread.
+    let r = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Puts the calling thread (not the process: on Linux, pid 0 means this thread)
+/// under SCHED_FIFO at `priority`.
+pub fn set_fifo_priority(priority: u8) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority.into(),
+    };
+    // SAFETY: `param` is a valid pointer for the duration of the call.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// User and system CPU seconds, as `getrusage` reports them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTime {
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl CpuTime {
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+fn rusage(who: libc::c_int) -> CpuTime {
+    // SAFETY: rusage is plain data, all-zero is a valid value, and getrusage only
+    // writes into it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut ru) };
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    CpuTime {
+        user_s: secs(ru.ru_utime),
+        system_s: secs(ru.ru_stime),
+    }
+}
+
+/// The whole process, all threads included.
+pub fn process_cpu() -> CpuTime {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// The calling thread only.
+pub fn thread_cpu() -> CpuTime {
+    rusage(libc::RUSAGE_THREAD)
+}
