@@ -44,6 +44,10 @@ pub struct LinkConfig {
     pub b: String,
     pub delay_us_ab: u64,
     pub delay_us_ba: u64,
+    /// The link's rate in bits/s (0: none). Frames are then released no closer
+    /// together than they would cross a link of that rate; see line.rs.
+    #[serde(default)]
+    pub rate_bps: u64,
     #[serde(default)]
     pub loss_ab: f64,
     #[serde(default)]

@@ -156,10 +156,41 @@ impl LossModel {
     }
 }
 
+/// Spaces releases as a link of the configured rate would.
+///
+/// tbf ahead of us shapes the average rate but lets its bucket out in bursts at
+/// memory speed. A real link serialises those frames, so each is due no earlier
+/// than the previous one plus its own time on the wire; otherwise a burst would
+/// leave all at once, the next hop rather than the link would absorb it, and our
+/// lateness figures would measure the burst instead of our schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct Serializer {
+    /// Picoseconds per byte at the link's rate (0: no serialisation).
+    ps_per_byte: u64,
+    /// When the link is free to start the next frame (monotonic ns).
+    next_free_ns: u64,
+}
+
+impl Serializer {
+    pub fn new(rate_bps: u64) -> Serializer {
+        let ps_per_byte = if rate_bps == 0 { 0 } else { 8_000_000_000_000 / rate_bps };
+        Serializer { ps_per_byte, next_free_ns: 0 }
+    }
+
+    /// The release time of a frame of `len` bytes that would be due at `earliest`.
+    pub fn due(&mut self, earliest: u64, len: usize) -> u64 {
+        let due = earliest.max(self.next_free_ns);
+        self.next_free_ns = due + len as u64 * self.ps_per_byte / 1000;
+        due
+    }
+}
+
 /// The knobs of one direction that are plain numbers.
 #[derive(Debug, Clone, Copy)]
 pub struct LineOptions {
     pub delay_ns: u64,
+    /// Serialisation rate in bits/s, 0 for none.
+    pub rate_bps: u64,
     pub max_queue_bytes: u64,
     pub rt_priority: u8,
     pub max_spin_percent: u8,
@@ -170,6 +201,7 @@ pub struct DelayLine {
     rx: Arc<PacketSocket>,
     tx: Arc<PacketSocket>,
     delay_ns: u64,
+    wire: Serializer,
     rt_priority: u8,
     loss: LossModel,
     queue: DelayQueue,
@@ -192,6 +224,7 @@ impl DelayLine {
             rx,
             tx,
             delay_ns: options.delay_ns,
+            wire: Serializer::new(options.rate_bps),
             rt_priority: options.rt_priority,
             loss,
             queue: DelayQueue::new(options.max_queue_bytes),
@@ -305,11 +338,8 @@ impl DelayLine {
                 .map(|wall| wall.wrapping_sub(wall_minus_mono))
                 .filter(|&t| t <= now && now - t < MAX_STAMP_AGE_NS)
                 .unwrap_or(now);
-            if self
-                .queue
-                .push(arrived + self.delay_ns, frame.to_owned_frame())
-                .is_err()
-            {
+            let due = self.wire.due(arrived + self.delay_ns, frame.wire_len());
+            if self.queue.push(due, frame.to_owned_frame()).is_err() {
                 overflow += 1;
             }
         }
@@ -456,6 +486,19 @@ mod tests {
         assert_eq!(s.mean_us, 250.0);
         assert_eq!(q.len(), 0);
         assert_eq!(q.bytes(), 0);
+    }
+
+    #[test]
+    fn serializer_spaces_a_burst_at_the_link_rate() {
+        // 1 Gb/s: a 1500-byte frame takes 12 µs on the wire.
+        let mut w = Serializer::new(1_000_000_000);
+        let dues: Vec<u64> = (0..4).map(|_| w.due(1_000_000, 1500)).collect();
+        assert_eq!(dues, vec![1_000_000, 1_012_000, 1_024_000, 1_036_000]);
+        // After an idle gap the link is free again: no artificial delay.
+        assert_eq!(w.due(5_000_000, 1500), 5_000_000);
+        // Rate 0 means a pure delay line.
+        let mut p = Serializer::new(0);
+        assert_eq!((p.due(7, 1500), p.due(7, 1500)), (7, 7));
     }
 
     #[test]

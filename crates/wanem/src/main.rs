@@ -131,6 +131,7 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
             ));
             let options = LineOptions {
                 delay_ns: delay_us * 1000,
+                rate_bps: link.rate_bps,
                 max_queue_bytes: config.max_queue_bytes,
                 rt_priority,
                 max_spin_percent: cli.max_spin_percent,

@@ -65,7 +65,8 @@ GS_LAN, GS_WAN, GS_ADMIN = 7100, 7200, 7300
 HAP_A, HAP_B = 8100, 8200
 
 TICK = os.sysconf("SC_CLK_TCK")
-console = Console(highlight=False)
+# Tables stay readable when piped or logged (as in cli.py).
+console = Console(highlight=False, width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "150")))
 
 
 class BenchError(Exception):

@@ -30,8 +30,8 @@ from .sh import in_ns
 RTT_REL, RTT_ABS_MS = 0.02, 0.2
 THROUGHPUT_MIN = 0.95
 BUFFER_TOL = 0.10
-LATE_FRACTION_MAX = 0.001   # more than 0.1 % of packets > 200 µs late: not trustworthy
-WORST_LATE_MAX_US = 2000
+LATE_FRACTION_MAX = 0.01    # more than 1 % of frames > 200 µs late: not trustworthy
+WORST_LATE_MAX_US = 5000    # one frame 5 ms late is a stall, not jitter
 
 # Bytes on the wire per TCP segment beyond its payload: Ethernet header 14, IPv4 20,
 # TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
