@@ -68,7 +68,7 @@ def test_mpi_gather_crosses_the_wan(lab, impl):
 
 def test_counters_over_a_command(lab):
     cp = gridsplit("lab", "counters", "--json", "east-1", "west-1", "--",
-                   "gridsplit", "lab", "exec", "east-1", "--", "sh", "-c",
+                   "gridsplit", "lab", "exec", "east-1", "--", "bash", "-c",
                    "head -c 2000000 /dev/zero > /dev/tcp/10.71.2.1/9 2>/dev/null; true")
     d = json.loads(cp.stdout)
     assert set(d["deltas"]) == {"east-1", "west-1"}
