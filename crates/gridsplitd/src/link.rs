@@ -1,8 +1,18 @@
 //! One WAN link to a peer site: establishing it (dial or accept, then mutual
 //! authentication), keeping it (reconnect with backoff, keepalive), and driving it:
-//! the writer task feeds the transfer driver from the control queue and the
-//! scheduling strategy whenever the driver has room; the reader task
-//! demultiplexes received frames to flows.
+//! frames are taken from the control queue and the scheduling strategy whenever
+//! the driver has room; the reader task demultiplexes received frames to flows.
+//!
+//! Who writes to the WAN socket: one writer at a time holds the wire
+//! (`SendQueue::wire_busy`). When a frame is queued and nobody holds it — the link
+//! is idle — the caller itself (a flow's LAN reader, or the link reader sending a
+//! CREDIT) takes the wire, lets the control queue and the strategy fill one write
+//! as the writer task would, and writes without waiting. Only what the socket does
+//! not take at once goes to the writer task. So a message on an idle link costs no
+//! task wake-up, and whenever frames pile up (the link busy) they wait in the
+//! strategy, which decides what goes next, exactly as before. Symmetrically, the
+//! reader handles every frame already received, then writes each touched flow's
+//! data straight to its LAN socket (collect/flow.rs, `Flow::flush_to_lan`).
 //!
 //! The link is also where frames are judged against the link's state. Anything the
 //! codec accepts but that makes no sense here — DATA beyond credit, a frame for a
@@ -15,8 +25,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -30,9 +42,9 @@ use crate::collect::flow::{CreditViolation, Flow, OpenReply};
 use crate::metrics::Metrics;
 use crate::schedule::{self, Chunk, Strategy};
 use crate::transfer::tcp::TcpConn;
-use crate::transfer::{RecvError, WanConn, WanProbe, WanRx, WanTx};
+use crate::transfer::{RecvError, WanConn, WanProbe, WanRx, WanTx, WanTxNow};
 use crate::tune::Applied;
-use crate::wire::{FlowId, Frame};
+use crate::wire::{FlowId, Frame, OutBuf};
 use crate::Shared;
 
 /// Silent keepalive periods after which a link is declared dead.
@@ -82,6 +94,43 @@ struct SendQueue {
     /// queue is bounded by the number of flows.
     control: VecDeque<Frame>,
     strategy: Box<dyn Strategy>,
+    /// Someone (the writer task or a direct sender) is writing to the transport;
+    /// everybody else queues.
+    wire_busy: bool,
+    /// Bytes a direct sender could not write without waiting; they go out first,
+    /// through the writer task (they are parts of frames already on the wire).
+    leftover: Vec<Bytes>,
+    /// The direct senders' encode buffer, kept so its allocation is reused.
+    spare: Option<OutBuf>,
+}
+
+impl SendQueue {
+    fn has_work(&self) -> bool {
+        !self.leftover.is_empty() || !self.control.is_empty() || !self.strategy.is_empty()
+    }
+
+    /// Fills `out` with what goes next, up to `room` bytes: unsent leftovers,
+    /// control frames, then whatever the strategy picks. Returns (frames, data bytes).
+    fn fill(&mut self, out: &mut OutBuf, room: usize, max_frame: usize) -> (u64, u64) {
+        let (mut frames, mut data) = (0u64, 0u64);
+        out.push_raw(self.leftover.drain(..));
+        while out.len() < room {
+            let Some(f) = self.control.pop_front() else {
+                break;
+            };
+            f.encode(out);
+            frames += 1;
+        }
+        while out.len() < room {
+            let Some(f) = self.strategy.next_frame(max_frame) else {
+                break;
+            };
+            data += f.data_bytes() as u64;
+            f.encode(out);
+            frames += 1;
+        }
+        (frames, data)
+    }
 }
 
 struct FlowTable {
@@ -100,6 +149,8 @@ pub struct Link {
     shared: Arc<Shared>,
     max_frame: usize,
     send: Mutex<SendQueue>,
+    /// The transport's sending half, for direct sends (the writer task has its own handle).
+    tx: Arc<dyn WanTxNow>,
     wake: Notify,
     table: Mutex<FlowTable>,
     closed: CancellationToken,
@@ -171,13 +222,59 @@ impl Link {
     }
 
     pub fn queue_control(&self, f: Frame) {
-        self.send.lock().unwrap().control.push_back(f);
-        self.wake.notify_one();
+        let mut q = self.send.lock().unwrap();
+        q.control.push_back(f);
+        self.kick(q);
     }
 
     pub fn push_chunk(&self, c: Chunk) {
-        self.send.lock().unwrap().strategy.push(c);
-        self.wake.notify_one();
+        let mut q = self.send.lock().unwrap();
+        q.strategy.push(c);
+        self.kick(q);
+    }
+
+    /// Something was just queued. If the wire is free, send what is queued now from
+    /// this thread, without waiting; otherwise (or for what the socket won't take
+    /// at once) wake the writer task.
+    fn kick(&self, mut q: MutexGuard<'_, SendQueue>) {
+        if q.wire_busy || !q.leftover.is_empty() || self.is_closed() {
+            drop(q);
+            self.wake.notify_one();
+            return;
+        }
+        q.wire_busy = true;
+        let mut out = q.spare.take().unwrap_or_default();
+        let (frames, data) = q.fill(&mut out, self.tx.room(), self.max_frame);
+        drop(q);
+        let mut segs = out.take_segments();
+        let total: usize = segs.iter().map(|b| b.len()).sum();
+        // An error is left for the writer task to hit and report: it owns the
+        // link's failure path.
+        let res = self.tx.try_send(&mut segs);
+        let written = total - segs.iter().map(|b| b.len()).sum::<usize>();
+        let mut q = self.send.lock().unwrap();
+        q.wire_busy = false;
+        q.spare = Some(out);
+        if !matches!(res, Ok(true)) {
+            self.metrics().wan_direct_partial.fetch_add(1, Ordering::Relaxed);
+            q.leftover = segs;
+        }
+        let more = q.has_work();
+        drop(q);
+        if more {
+            self.wake.notify_one();
+        }
+        self.metrics().wan_direct_sends.fetch_add(1, Ordering::Relaxed);
+        self.count_out(frames, written as u64, data);
+    }
+
+    fn count_out(&self, frames: u64, bytes: u64, data: u64) {
+        let metrics = &self.shared.metrics;
+        self.frames_out.fetch_add(frames, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+        metrics.wan_frames_out.fetch_add(frames, Ordering::Relaxed);
+        metrics.wan_bytes_out.fetch_add(bytes, Ordering::Relaxed);
+        metrics.relayed_bytes_out.fetch_add(data, Ordering::Relaxed);
     }
 
     /// Discards what a reset flow still had queued (returning its budget).
@@ -273,11 +370,20 @@ impl Link {
         }
     }
 
-    fn handle(self: &Arc<Self>, frame: Frame) -> Result<(), LinkError> {
+    /// Acts on one received frame. Flows that got data are added to `touched`: the
+    /// reader writes their data to the LAN once it has handled every frame already
+    /// received (one write per flow per burst instead of one per frame).
+    fn handle(self: &Arc<Self>, frame: Frame, touched: &mut Vec<Arc<Flow>>) -> Result<(), LinkError> {
+        let mut touch = |f: Arc<Flow>| {
+            if !touched.iter().any(|t| Arc::ptr_eq(t, &f)) {
+                touched.push(f);
+            }
+        };
         match frame {
             Frame::Data { flow, data } => {
                 if let Some(f) = self.lookup(flow)? {
                     f.deliver(data)?;
+                    touch(f);
                 }
             }
             Frame::Batch(entries) => {
@@ -287,6 +393,7 @@ impl Link {
                         if e.fin {
                             f.deliver_fin();
                         }
+                        touch(f);
                     }
                 }
             }
@@ -371,47 +478,35 @@ impl Link {
     }
 }
 
-async fn writer<T: WanTx>(link: Arc<Link>, mut tx: T) -> Result<(), LinkError> {
-    let mut out = crate::wire::OutBuf::new();
-    let metrics = &link.shared.metrics;
+/// The writer task: sends whatever direct senders left queued (the link was
+/// busy, or the socket full), waiting for room in the transport as needed.
+async fn writer<T: WanTx>(link: Arc<Link>, tx: Arc<T>) -> Result<(), LinkError> {
+    let mut out = OutBuf::new();
     loop {
-        let mut frames = 0u64;
-        let mut data = 0u64;
-        {
-            let room = tx.room();
+        let taken = {
             let mut q = link.send.lock().unwrap();
-            while out.len() < room {
-                let Some(f) = q.control.pop_front() else {
-                    break;
-                };
-                f.encode(&mut out);
-                frames += 1;
+            if q.wire_busy || !q.has_work() {
+                None
+            } else {
+                q.wire_busy = true;
+                Some(q.fill(&mut out, tx.room(), link.max_frame))
             }
-            while out.len() < room {
-                let Some(f) = q.strategy.next_frame(link.max_frame) else {
-                    break;
-                };
-                data += f.data_bytes() as u64;
-                f.encode(&mut out);
-                frames += 1;
-            }
-        }
-        if out.is_empty() {
+        };
+        let Some((frames, data)) = taken else {
+            // A direct sender holding the wire wakes us when it leaves work behind.
             tokio::select! {
                 _ = link.wake.notified() => continue,
                 _ = link.closed.cancelled() => return Ok(()),
             }
-        }
+        };
         let n = out.len() as u64;
         tokio::select! {
             r = tx.send(&mut out) => r.map_err(LinkError::Send)?,
             _ = link.closed.cancelled() => return Ok(()),
         }
-        link.frames_out.fetch_add(frames, Ordering::Relaxed);
-        link.bytes_out.fetch_add(n, Ordering::Relaxed);
-        metrics.wan_frames_out.fetch_add(frames, Ordering::Relaxed);
-        metrics.wan_bytes_out.fetch_add(n, Ordering::Relaxed);
-        metrics.relayed_bytes_out.fetch_add(data, Ordering::Relaxed);
+        link.send.lock().unwrap().wire_busy = false;
+        link.metrics().wan_queued_sends.fetch_add(1, Ordering::Relaxed);
+        link.count_out(frames, n, data);
     }
 }
 
@@ -450,6 +545,7 @@ async fn run_link<C: WanConn>(
 ) -> LinkError {
     let remote = conn.peer_addr();
     let (tx, mut rx, probe) = conn.split();
+    let tx = Arc::new(tx);
     let link = Arc::new(Link {
         peer: peer.site.clone(),
         role,
@@ -460,7 +556,11 @@ async fn run_link<C: WanConn>(
         send: Mutex::new(SendQueue {
             control: VecDeque::new(),
             strategy: schedule::build(shared.cfg.strategy),
+            wire_busy: false,
+            leftover: Vec::new(),
+            spare: None,
         }),
+        tx: tx.clone(),
         wake: Notify::new(),
         table: Mutex::new(FlowTable {
             flows: HashMap::new(),
@@ -490,11 +590,8 @@ async fn run_link<C: WanConn>(
     let mut w = tokio::spawn(writer(link.clone(), tx));
     let mut k = tokio::spawn(keepalive(link.clone(), period));
     let reader = async {
-        loop {
-            let f = match rx.recv().await {
-                Ok(f) => f,
-                Err(e) => return LinkError::from(e),
-            };
+        let mut touched: Vec<Arc<Flow>> = Vec::new();
+        let handle = |f: Frame, touched: &mut Vec<Arc<Flow>>| {
             tracing::trace!(peer = %link.peer, frame = ?f.kind(), "frame in");
             link.rx_frames.fetch_add(1, Ordering::Relaxed);
             link.frames_in.fetch_add(1, Ordering::Relaxed);
@@ -509,8 +606,30 @@ async fn run_link<C: WanConn>(
                 .metrics
                 .relayed_bytes_in
                 .fetch_add(f.data_bytes() as u64, Ordering::Relaxed);
-            if let Err(e) = link.handle(f) {
+            link.handle(f, touched)
+        };
+        loop {
+            let f = match rx.recv().await {
+                Ok(f) => f,
+                Err(e) => return LinkError::from(e),
+            };
+            if let Err(e) = handle(f, &mut touched) {
                 return e;
+            }
+            // Everything already received, before writing anything to the LAN.
+            loop {
+                match rx.try_recv() {
+                    Ok(Some(f)) => {
+                        if let Err(e) = handle(f, &mut touched) {
+                            return e;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => return LinkError::from(e),
+                }
+            }
+            for f in touched.drain(..) {
+                f.flush_to_lan(&link);
             }
         }
     };
@@ -676,5 +795,96 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
             _ = tokio::time::sleep(backoff) => {}
             _ = shared.stopping.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StrategyKind;
+    use crate::wire::decode_slice;
+
+    fn queue(kind: StrategyKind) -> SendQueue {
+        SendQueue {
+            control: VecDeque::new(),
+            strategy: schedule::build(kind),
+            wire_busy: false,
+            leftover: Vec::new(),
+            spare: None,
+        }
+    }
+
+    fn frames(mut b: &[u8]) -> Vec<Frame> {
+        let mut v = Vec::new();
+        while !b.is_empty() {
+            let (f, n) = decode_slice(b, 1 << 20).unwrap();
+            v.push(f);
+            b = &b[n..];
+        }
+        v
+    }
+
+    /// Whoever fills a write — a direct sender or the writer task — sends the
+    /// unsent rest of the previous write first, then control frames, then what
+    /// the strategy picks among the pending chunks (here fair's interleaving,
+    /// not arrival order).
+    #[test]
+    fn a_write_is_leftover_then_control_then_the_strategys_choice() {
+        let mut q = queue(StrategyKind::Fair);
+        let rest = Frame::Fin { flow: 9 }.to_bytes();
+        q.leftover = vec![rest.clone()];
+        q.strategy
+            .push(Chunk::data(3, Bytes::from(vec![3u8; 40_000])));
+        q.strategy.push(Chunk::data(5, Bytes::from(vec![5u8; 100])));
+        q.control.push_back(Frame::Credit { flow: 1, grant: 7 });
+        assert!(q.has_work());
+        let mut out = OutBuf::new();
+        let (n, data) = q.fill(&mut out, 1 << 20, 65536);
+        assert_eq!((n, data), (5, 40_100), "the leftover is not a new frame");
+        let got = frames(&out.concat());
+        let summary: Vec<(u8, u32, usize)> = got
+            .iter()
+            .map(|f| match f {
+                Frame::Fin { flow } => (8, *flow, 0),
+                Frame::Credit { flow, .. } => (7, *flow, 0),
+                Frame::Data { flow, data } => (5, *flow, data.len()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (8, 9, 0),
+                (7, 1, 0),
+                (5, 3, 16384),
+                (5, 5, 100),
+                (5, 3, 16384),
+                (5, 3, 40_000 - 2 * 16384)
+            ]
+        );
+        assert!(!q.has_work());
+    }
+
+    #[test]
+    fn a_write_stops_at_the_drivers_room() {
+        let mut q = queue(StrategyKind::Fifo);
+        for i in 0..10u32 {
+            q.strategy
+                .push(Chunk::data(i * 2 + 1, Bytes::from(vec![i as u8; 3000])));
+        }
+        let mut out = OutBuf::new();
+        let (n, _) = q.fill(&mut out, 10_000, 65536);
+        assert_eq!(n, 4, "stops once the write holds `room` bytes");
+        assert!(q.has_work());
+        let mut out = OutBuf::new();
+        assert_eq!(q.fill(&mut out, 1 << 20, 65536).0, 6);
+        let flows: Vec<u32> = frames(&out.concat())
+            .iter()
+            .map(|f| match f {
+                Frame::Data { flow, .. } => *flow,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(flows, vec![9, 11, 13, 15, 17, 19], "FIFO order kept across writes");
     }
 }

@@ -64,6 +64,12 @@ counters! {
     wan_frames_in: "counter", "frames received on WAN links";
     wan_bytes_out: "counter", "bytes (framing included) sent on WAN links";
     wan_bytes_in: "counter", "bytes (framing included) received on WAN links";
+    wan_direct_sends: "counter", "writes to a WAN link made by whoever queued a frame on an idle link (no writer-task wake-up)";
+    wan_direct_partial: "counter", "direct WAN writes the socket took only in part (the rest went through the writer task)";
+    wan_queued_sends: "counter", "writes to a WAN link made by its writer task (frames that waited: link busy or socket full)";
+    lan_direct_writes: "counter", "writes of received data straight from the WAN reader to a LAN socket";
+    lan_direct_partial: "counter", "direct LAN writes the socket took only in part (the rest went through the flow's task)";
+    lan_queued_writes: "counter", "LAN writes made by a flow's own task (data that waited: socket full, or not yet open)";
     wan_protocol_errors: "counter", "WAN connections closed for malformed, oversized or out-of-order frames";
     wan_stale_frames: "counter", "frames for recently closed flows, dropped";
     auth_failures: "counter", "WAN peers that failed the handshake (bad key, unknown site, timeout, garbage)";

@@ -420,6 +420,15 @@ impl OutBuf {
         self.len() == 0
     }
 
+    /// Appends already-encoded bytes (the unsent rest of an earlier write) as they are.
+    pub fn push_raw(&mut self, segs: impl IntoIterator<Item = Bytes>) {
+        self.seal();
+        for s in segs {
+            self.len += s.len();
+            self.segs.push(s);
+        }
+    }
+
     /// Finishes the buffer and hands out its segments (in order).
     pub fn take_segments(&mut self) -> Vec<Bytes> {
         self.seal();

@@ -93,7 +93,18 @@ def status(as_json: bool) -> None:
                   f"{max((x['worst_late_us'] for x in ls), default=0):.0f} µs")
     con.print(t)
     con.print(f"delay line: pid {state.wanem_pid} {'running' if alive else '[red]NOT RUNNING[/red]'}, "
-              f"CPU {stats.get('cpu_s', 0):.1f} s over {stats.get('uptime_s', 0):.0f} s")
+              f"CPU {stats.get('cpu_s', 0):.1f} s over {stats.get('uptime_s', 0):.0f} s, "
+              f"calibration −{state.data.get('delay_compensation_us', 0)} µs per direction")
+    for site in state.data.get("gateways", []):
+        pid = state.data["pids"].get(f"gw-{site}")
+        st = realize.gateway_status(state.names, site, quiet=True)
+        if st is None:
+            con.print(f"gateway {site}-gw: pid {pid} [red]not answering[/red] (log: {state.names.state_dir}/gw-{site}.log)")
+            continue
+        c = st.get("counters", {})
+        con.print(f"gateway {site}-gw: pid {pid}, {len(st.get('links', []))} WAN link(s) up, "
+                  f"{c.get('flows_active', 0)} active flows, {c.get('relayed_bytes_out', 0)} B relayed out "
+                  f"(details: gridsplit gateway status --lab {site})")
     con.print("hosts: " + ", ".join(f"{h.name} ({h.ip})" for h in state.topo.hosts()))
 
 

@@ -5,8 +5,12 @@
 //! The link (link.rs) only sees these traits, so a driver over several parallel TCP
 //! streams or MPTCP can be added next to tcp.rs without touching scheduling or flow
 //! control. A connection is used whole for the handshake, then split into a sending
-//! half (driven by the link's writer task), a receiving half (the reader task) and a
-//! probe (read by /status) so the two directions never wait on each other.
+//! half, a receiving half (the reader task) and a probe (read by /status) so the two
+//! directions never wait on each other.
+//!
+//! The sending half is shared: the link's writer task uses `send` (which may wait),
+//! and whoever queues a frame while the link is idle uses `try_send` to put it on
+//! the wire at once, without waking the writer task (link.rs decides who may write).
 
 pub mod tcp;
 
@@ -15,6 +19,8 @@ use std::io;
 use std::net::SocketAddr;
 
 use thiserror::Error;
+
+use bytes::Bytes;
 
 use crate::tune::{Applied, TcpInfo};
 use crate::wire::{Frame, OutBuf, WireError};
@@ -41,19 +47,31 @@ pub trait WanConn: Send + Sized + 'static {
     fn split(self) -> (Self::Tx, Self::Rx, Self::Probe);
 }
 
-/// Sending half.
-pub trait WanTx: Send + 'static {
+/// The non-waiting part of a sending half; object-safe, so a link can hold it
+/// without knowing the driver's type.
+pub trait WanTxNow: Send + Sync + 'static {
     /// How many bytes the driver can take right now without queueing behind
     /// earlier frames — the scheduler fills at most this much per round.
     fn room(&self) -> usize;
-    /// Writes everything in `out` (and empties it).
-    fn send(&mut self, out: &mut OutBuf) -> impl Future<Output = io::Result<()>> + Send;
+    /// Writes as much of `segs` as the transport takes without waiting and removes
+    /// it from `segs`; Ok(true) when everything went. The caller must be the only
+    /// writer at that moment.
+    fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool>;
+}
+
+/// Sending half.
+pub trait WanTx: WanTxNow {
+    /// Writes everything in `out` (and empties it), waiting for room as needed.
+    fn send(&self, out: &mut OutBuf) -> impl Future<Output = io::Result<()>> + Send;
 }
 
 /// Receiving half.
 pub trait WanRx: Send + 'static {
     /// The next frame; an error is final for the link.
     fn recv(&mut self) -> impl Future<Output = Result<Frame, RecvError>> + Send;
+    /// The next frame if it has already been received whole, without waiting:
+    /// lets the reader handle a burst of frames before it flushes to the LAN.
+    fn try_recv(&mut self) -> Result<Option<Frame>, RecvError>;
 }
 
 /// Read-only view for /status and /metrics.

@@ -4,18 +4,22 @@
 //! payloads go from the LAN read buffer to the kernel without being copied here.
 //! Receives read large blocks into one `BytesMut` and cut frames out of it; DATA
 //! payloads are handed on as slices of that block (again no copy).
+//!
+//! After the handshake both halves share the socket (`Arc<TcpStream>`): tokio's
+//! readiness-based `try_*` calls take `&self`, which is what lets a sender that
+//! finds the link idle write without going through the writer task.
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use super::{RecvError, WanConn, WanProbe, WanRx, WanTx};
+use super::{RecvError, WanConn, WanProbe, WanRx, WanTx, WanTxNow};
 use crate::config::WanParams;
 use crate::tune::{self, Applied, TcpInfo};
 use crate::wire::{self, Frame, OutBuf};
@@ -24,8 +28,9 @@ use crate::wire::{self, Frame, OutBuf};
 /// the syscall, small enough that the scheduler keeps choosing what goes next
 /// (NewMadeleine's "one packet in flight, one ahead").
 const WRITE_BATCH: usize = 256 * 1024;
-/// Read granularity on the WAN socket.
-const READ_BLOCK: usize = 128 * 1024;
+/// Read granularity on the WAN socket: a bulk flow's frames arrive a few hundred
+/// KiB at a time, and one read per block keeps syscalls per GB low.
+const READ_BLOCK: usize = 512 * 1024;
 /// iovecs per writev (IOV_MAX is 1024; beyond ~64 the gain is nil).
 const MAX_IOV: usize = 64;
 
@@ -177,11 +182,13 @@ impl WanConn for TcpConn {
 
     fn split(self) -> (TcpTx, TcpRx, TcpProbe) {
         let fd = self.stream.as_fd().try_clone_to_owned().ok();
-        let (r, w) = self.stream.into_split();
+        let stream = Arc::new(self.stream);
         (
-            TcpTx { w },
+            TcpTx {
+                stream: stream.clone(),
+            },
             TcpRx {
-                r,
+                stream,
                 rbuf: self.rbuf,
                 max: self.recv_max,
             },
@@ -193,30 +200,96 @@ impl WanConn for TcpConn {
     }
 }
 
-pub struct TcpTx {
-    w: OwnedWriteHalf,
+/// Writes what the socket takes now from the front of `segs`, removing it.
+/// Ok(true) when everything was written, Ok(false) when the socket is full.
+pub(crate) fn try_write_segments(stream: &TcpStream, segs: &mut Vec<Bytes>) -> io::Result<bool> {
+    let mut first = 0;
+    let res = loop {
+        if first == segs.len() {
+            break Ok(true);
+        }
+        let iov: Vec<IoSlice<'_>> = segs[first..]
+            .iter()
+            .take(MAX_IOV)
+            .map(|s| IoSlice::new(s))
+            .collect();
+        match stream.try_write_vectored(&iov) {
+            Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+            Ok(mut n) => {
+                while first < segs.len() && n >= segs[first].len() {
+                    n -= segs[first].len();
+                    first += 1;
+                }
+                if n > 0 {
+                    segs[first].advance(n);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
+            Err(e) => break Err(e),
+        }
+    };
+    segs.drain(..first);
+    res
 }
 
-impl WanTx for TcpTx {
+pub struct TcpTx {
+    stream: Arc<TcpStream>,
+}
+
+impl WanTxNow for TcpTx {
     fn room(&self) -> usize {
         WRITE_BATCH
     }
 
-    async fn send(&mut self, out: &mut OutBuf) -> io::Result<()> {
+    fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool> {
+        try_write_segments(&self.stream, segs)
+    }
+}
+
+impl WanTx for TcpTx {
+    async fn send(&self, out: &mut OutBuf) -> io::Result<()> {
         let mut segs = out.take_segments();
-        write_segments(&mut self.w, &mut segs).await
+        while !try_write_segments(&self.stream, &mut segs)? {
+            self.stream.writable().await?;
+        }
+        Ok(())
     }
 }
 
 pub struct TcpRx {
-    r: OwnedReadHalf,
+    stream: Arc<TcpStream>,
     rbuf: BytesMut,
     max: usize,
 }
 
 impl WanRx for TcpRx {
     async fn recv(&mut self) -> Result<Frame, RecvError> {
-        read_frame(&mut self.r, &mut self.rbuf, self.max).await
+        loop {
+            if let Some(f) = wire::decode(&mut self.rbuf, self.max)? {
+                return Ok(f);
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < READ_BLOCK / 2 {
+                self.rbuf.reserve(READ_BLOCK);
+            }
+            match self.stream.try_read_buf(&mut self.rbuf) {
+                Ok(0) => {
+                    return Err(if self.rbuf.is_empty() {
+                        RecvError::Closed
+                    } else {
+                        RecvError::Wire(wire::WireError::Truncated { need: 1 })
+                    })
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stream.readable().await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {
+        Ok(wire::decode(&mut self.rbuf, self.max)?)
     }
 }
 
