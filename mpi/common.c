@@ -1,7 +1,10 @@
 /* Implementation of the shared benchmark plumbing declared in common.h.
  * Everything that decides how a number is produced or printed lives here so
  * the three programs cannot drift apart. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include "common.h"
+
+#include <time.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -202,11 +205,33 @@ void bench_start(int *argc, char ***argv, const bench_prog *prog, bench_opts *o)
         die_usage("needs at least %d MPI ranks, got %d", prog->min_ranks, g_size);
 }
 
+/* Debian's MPICH 4.0.2 (ch4:ucx) can hang in MPI_Finalize: each rank closes
+ * its UCX endpoints, progresses only until its own close completes, then waits
+ * in the PMI barrier without progress; a peer whose close-flush arrived too late
+ * is never acknowledged and spins forever (fixed upstream by pmodels/mpich
+ * PR #6596). It happens with and without gridsplit, more often under load.
+ * Entering finalize in rank order, a few ms apart, makes every rank send its own
+ * close-flush before it can see a later rank's, which avoids the bad ordering.
+ * GRIDSPLIT_FINALIZE_STAGGER_MS overrides the spacing (0 disables it). */
+static void finalize_in_rank_order(void)
+{
+#if defined(MPICH_VERSION)
+    const char *env = getenv("GRIDSPLIT_FINALIZE_STAGGER_MS");
+    long ms = env ? strtol(env, NULL, 10) : 50;
+    if (ms > 0) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        struct timespec ts = {.tv_sec = (g_rank * ms) / 1000, .tv_nsec = ((g_rank * ms) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+#endif
+    MPI_Finalize();
+}
+
 int bench_finish(int local_failures)
 {
     int any = 0;
     MPI_Allreduce(&local_failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
+    finalize_in_rank_order();
     return any ? BENCH_EXIT_VERIFY : BENCH_EXIT_OK;
 }
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PREFIX, gridsplit, needs_root, netns_list
+from conftest import PREFIX, gridsplit, mpirun, needs_root, netns_list
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,8 +56,8 @@ def test_mpi_gather_crosses_the_wan(lab, impl):
     prog = ROOT / "build" / "mpi" / impl / "gather"
     size, reps = 100_000, 10
     before = wan_tx_bytes("east", "west")
-    cp = gridsplit("lab", "mpirun", "--impl", impl, "--hosts", "west-1,east-1,east-2", "--timeout", "120",
-                   "--", str(prog), "-s", str(size), "-r", str(reps), "--check")
+    cp = mpirun("--impl", impl, "--hosts", "west-1,east-1,east-2", "--", str(prog), "-s", str(size),
+                "-r", str(reps), "--check")
     moved = wan_tx_bytes("east", "west") - before
     row = json.loads(cp.stdout.strip().splitlines()[-1])
     assert row["verified"] is True and row["ranks"] == 3 and row["impl"] == impl

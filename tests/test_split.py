@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PREFIX, gridsplit
+from conftest import PREFIX, gridsplit, mpirun
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "build" / "libgridsplit.so"
@@ -39,8 +39,8 @@ def in_ns(host: str, *args: str, preload: bool = False, timeout: float = 60, **k
 def test_mpi_through_gateways(lab, impl, prog, args):
     before = gw_status("east")["counters"]
     hosts = "west-1,east-1" if prog == "pingpong" else "west-1,east-1,east-2,west-2"
-    cp = gridsplit("lab", "mpirun", "--split", "--impl", impl, "--hosts", hosts, "--timeout", "120",
-                   "--", str(ROOT / "build" / "mpi" / impl / prog), *args, "--check")
+    cp = mpirun("--split", "--impl", impl, "--hosts", hosts, "--", str(ROOT / "build" / "mpi" / impl / prog),
+                *args, "--check")
     rows = [json.loads(l) for l in cp.stdout.splitlines() if l.startswith("{")]
     assert rows and all(r["verified"] is True for r in rows), cp.stdout
     after = gw_status("east")["counters"]
