@@ -3,11 +3,17 @@
     python3 -m gridsplit.bench.relay [--out results/relay] [--repeat 5] [--seconds 5]
 
 On loopback only (127.0.0.0/8) it builds three chains from the same client to the
-same kind of server and measures them interleaved, K times over:
+same kind of server, plus a reference, and measures them interleaved, K times over:
 
     direct      client ──────────────────────────────────────▶ server
+    floor       client ─▶ relay A ────────────────────────▶ relay B ─▶ server
     gridsplitd  client ─▶ gridsplitd A ═══ WAN link ═══▶ gridsplitd B ─▶ server
     haproxy     client ─▶ haproxy A ──────────────────────▶ haproxy B ─▶ server
+
+`floor` is the least a user-space relay can do (relaybench's `relay`: two blocking
+threads per connection, recv() then send()); what it adds per hop is what the two
+extra sockets and process wake-ups cost on this machine, the bound below which no
+relay, gridsplitd or HAProxy, can go (--no-floor leaves it out).
 
 Sites are 127.0.1.0/24 (client, gateway A) and 127.0.2.0/24 (server, gateway B),
 as in gridsplitd's end-to-end tests. The gridsplitd client is an unmodified
@@ -53,16 +59,16 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[3]
-CHAINS = ("direct", "gridsplitd", "haproxy")
-RELAYS = ("gridsplitd", "haproxy")
+CHAINS = ("direct", "floor", "gridsplitd", "haproxy")
 
 # Addresses: site alpha (client side) and site beta (server side).
 CLIENT_IP = "127.0.1.10"
 SERVER_IP = "127.0.2.20"
 GW_A, GW_B = "127.0.1.254", "127.0.2.254"
-SERVER_PORT = {"direct": 5101, "gridsplitd": 5102, "haproxy": 5103}
+SERVER_PORT = {"direct": 5101, "gridsplitd": 5102, "haproxy": 5103, "floor": 5104}
 GS_LAN, GS_WAN, GS_ADMIN = 7100, 7200, 7300
 HAP_A, HAP_B = 8100, 8200
+FLOOR_A, FLOOR_B = 8300, 8400
 
 TICK = os.sysconf("SC_CLK_TCK")
 # Tables stay readable when piped or logged (as in cli.py).
@@ -153,6 +159,9 @@ def wait_port(ip: str, port: int, procs: Processes, what: str, timeout: float = 
 def check_free(addrs: list[tuple[str, int]]) -> None:
     for ip, port in addrs:
         s = socket.socket()
+        # As the daemons do: connections of an earlier run in TIME_WAIT are no
+        # obstacle, only a live listener is.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((ip, port))
         except OSError as e:
@@ -278,10 +287,10 @@ def run_client(bench: Path, sub: str, chain: Chain, extra: list[str], timeout: f
 
 
 def measure(
-    bench: Path, procs: Processes, chains: list[Chain], repeat: int, seconds: float, count: int
+    bench: Path, procs: Processes, chains: list[Chain], rep: int, repeat: int, seconds: float, count: int
 ) -> list[dict]:
     runs = []
-    for rep in range(repeat):
+    for rep in [rep]:
         # Rotate the order every repeat: drift (thermal, other load) spreads evenly.
         order = chains[rep % len(chains) :] + chains[: rep % len(chains)]
         rec: dict = {"repeat": rep + 1, "order": [c.name for c in order], "ping": {}, "stream": {}}
@@ -318,7 +327,7 @@ def summarize(runs: list[dict]) -> dict:
         return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "values": xs}
 
     out: dict = {}
-    for c in CHAINS:
+    for c in [c for c in CHAINS if c in runs[0]["ping"]]:
         rtt = [r["ping"][c]["rtt_us"]["median"] for r in runs]
         p99 = [r["ping"][c]["rtt_us"]["p99"] for r in runs]
         gbps = [r["stream"][c]["gbps"] for r in runs]
@@ -375,16 +384,20 @@ def cell(m: dict | None, digits: int) -> str:
     return f"{m['median']:.{digits}f} ({m['min']:.{digits}f}–{m['max']:.{digits}f})"
 
 
+def chains_in(summary: dict) -> list[str]:
+    return [c for c in CHAINS if c in summary]
+
+
 def table(summary: dict, repeat: int) -> Table:
     t = Table(title=f"relay benchmark: median (min–max) over {repeat} repeats")
     t.add_column("metric")
-    for c in CHAINS:
+    for c in chains_in(summary):
         t.add_column(c, justify="right")
     t.add_column("gridsplitd / haproxy", justify="right")
     ratios = summary["ratios_gridsplitd_over_haproxy"]
     for key, label, digits in ROWS:
         r = ratios.get(key)
-        t.add_row(label, *(cell(summary[c].get(key), digits) for c in CHAINS),
+        t.add_row(label, *(cell(summary[c].get(key), digits) for c in chains_in(summary)),
                   f"{r:.2f}" if r is not None else "—")
     return t
 
@@ -400,18 +413,22 @@ def markdown(doc: dict) -> str:
         f"{p['ping_count']} round trips of {p['ping_size']} B per ping run, "
         f"{p['seconds']} s streams of {p['stream_block']} B writes; gridsplitd strategy `{p['strategy']}`, "
         f"client {'with libgridsplit.so preloaded' if p['preload'] else 'speaking GSq1 itself'}; "
-        f"HAProxy `mode tcp`, `nbthread 1`, splice {'on' if p['haproxy_splice'] else 'off'}.",
+        f"HAProxy `mode tcp`, `nbthread 1`, splice {'on' if p['haproxy_splice'] else 'off'}; "
+        f"gridsplitd {p['gridsplitd_args'] or 'default options'}. "
+        f"Load average before/after: {m['loadavg_before']} / {m['loadavg_after']}.",
         "",
         "Each chain has two relay hops; added RTT per hop = (chain RTT − direct RTT) / 2 in the same "
-        "repeat. Relay CPU is utime+stime of both relay processes during the stream, per GB carried.",
+        "repeat. Relay CPU is utime+stime of both relay processes during the stream, per GB carried. "
+        "`floor` is two minimal blocking C relays (recv then send, one thread per direction): the cost "
+        "of the extra sockets and wake-ups alone on this machine.",
         "",
-        "| metric | " + " | ".join(CHAINS) + " | gridsplitd / haproxy |",
-        "|---|" + "---:|" * (len(CHAINS) + 1),
+        "| metric | " + " | ".join(chains_in(s)) + " | gridsplitd / haproxy |",
+        "|---|" + "---:|" * (len(chains_in(s)) + 1),
     ]
     for key, label, digits in ROWS:
         r = s["ratios_gridsplitd_over_haproxy"].get(key)
         lines.append(
-            f"| {label} | " + " | ".join(cell(s[c].get(key), digits) for c in CHAINS)
+            f"| {label} | " + " | ".join(cell(s[c].get(key), digits) for c in chains_in(s))
             + f" | {f'{r:.2f}' if r is not None else '—'} |"
         )
     tg = s["targets"]
@@ -445,7 +462,14 @@ def machine_facts() -> dict:
     }
 
 
-def versions(gridsplitd: Path) -> dict:
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def versions(gridsplitd: Path, custom: bool) -> dict:
     def out(argv: list[str]) -> str:
         try:
             r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=10)
@@ -456,8 +480,9 @@ def versions(gridsplitd: Path) -> dict:
     rev = out(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
     if out(["git", "status", "--porcelain", "--", "crates/gridsplitd"]):
         rev += "-dirty"
+    where = f"binary {gridsplitd}" if custom else f"git {rev}"
     return {
-        "gridsplitd": f"{out([str(gridsplitd), '--version']) or 'gridsplitd'} (git {rev})",
+        "gridsplitd": f"{out([str(gridsplitd), '--version']) or 'gridsplitd'} ({where})",
         "haproxy": out(["haproxy", "-v"]).splitlines()[0] if shutil.which("haproxy") else "absent",
     }
 
@@ -465,14 +490,68 @@ def versions(gridsplitd: Path) -> dict:
 # ------------------------------------------------------------------ command
 
 
+def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cfg_a: Path, cfg_b: Path,
+              preload: bool, splice: bool, floor: bool, threads: int | None) -> list[Chain]:
+    """Starts the servers and the relays of every chain; returns the chains, warmed up."""
+    b = str(bench)
+    procs.start("server-direct", [b, "server", SERVER_IP, str(SERVER_PORT["direct"])])
+    if preload:
+        procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"])],
+                    {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_b), "GRIDSPLIT_SITE": "beta"})
+    else:
+        procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--gso1"])
+    procs.start("server-haproxy", [b, "server", SERVER_IP, str(SERVER_PORT["haproxy"])])
+    log = ["--log-level", "warn"] + (["--threads", str(threads)] if threads else [])
+    procs.start("gridsplitd-a", [str(gsd), "--config", str(cfg_a), *log])
+    procs.start("gridsplitd-b", [str(gsd), "--config", str(cfg_b), *log])
+    hb = haproxy_config(tmp, "b", f"{GW_B}:{HAP_B}", f"{SERVER_IP}:{SERVER_PORT['haproxy']}", splice)
+    ha = haproxy_config(tmp, "a", f"{GW_A}:{HAP_A}", f"{GW_B}:{HAP_B}", splice)
+    # -db: stay in the foreground as one process, so its PID is the relay's.
+    procs.start("haproxy-b", ["haproxy", "-db", "-f", str(hb)])
+    procs.start("haproxy-a", ["haproxy", "-db", "-f", str(ha)])
+    if floor:
+        procs.start("server-floor", [b, "server", SERVER_IP, str(SERVER_PORT["floor"])])
+        procs.start("floor-b", [b, "relay", GW_B, str(FLOOR_B), "--to", f"{SERVER_IP}:{SERVER_PORT['floor']}"])
+        procs.start("floor-a", [b, "relay", GW_A, str(FLOOR_A), "--to", f"{GW_B}:{FLOOR_B}"])
+        wait_port(GW_B, FLOOR_B, procs, "floor relay B")
+        wait_port(GW_A, FLOOR_A, procs, "floor relay A")
+    for name, port in SERVER_PORT.items():
+        if name != "floor" or floor:
+            wait_port(SERVER_IP, port, procs, f"relaybench server ({name})")
+    wait_port(GW_B, HAP_B, procs, "haproxy B")
+    wait_port(GW_A, HAP_A, procs, "haproxy A")
+    wait_link(f"{GW_A}:{GS_ADMIN}", procs)
+
+    dst_gs = [SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--bind", CLIENT_IP]
+    if preload:
+        gs_chain = Chain("gridsplitd", dst_gs, {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_a),
+                                                "GRIDSPLIT_SITE": "alpha"}, ["gridsplitd-a", "gridsplitd-b"])
+    else:
+        gs_chain = Chain("gridsplitd", [GW_A, str(GS_LAN), "--bind", CLIENT_IP, "--gsq1"],
+                         {"RELAYBENCH_DST": f"{SERVER_IP}:{SERVER_PORT['gridsplitd']}"},
+                         ["gridsplitd-a", "gridsplitd-b"])
+    chains = [
+        Chain("direct", [SERVER_IP, str(SERVER_PORT["direct"]), "--bind", CLIENT_IP], {}, []),
+        gs_chain,
+        Chain("haproxy", [GW_A, str(HAP_A), "--bind", CLIENT_IP], {}, ["haproxy-a", "haproxy-b"]),
+    ]
+    if floor:
+        chains.insert(1, Chain("floor", [GW_A, str(FLOOR_A), "--bind", CLIENT_IP], {}, ["floor-a", "floor-b"]))
+    # A short pass through every chain first: fails fast, and warms every path.
+    for c in chains:
+        run_client(bench, "ping", c, ["--count", "200", "--warmup", "0"], timeout=30)
+    return chains
+
+
 def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, preload: bool,
-        splice: bool, no_build: bool) -> dict:
+        splice: bool, no_build: bool, floor: bool = True, threads: int | None = None,
+        gridsplitd_bin: Path | None = None, tag: str = "") -> dict:
     if not shutil.which("haproxy"):
         raise BenchError("haproxy is not installed: apt-get install haproxy")
     if not no_build:
         build(quiet=False)
     bench = ROOT / "build/bench/relaybench"
-    gsd = ROOT / "target/release/gridsplitd"
+    gsd = gridsplitd_bin or ROOT / "target/release/gridsplitd"
     lib = ROOT / "build/libgridsplit.so"
     for f, how in [(bench, "make -C bench/relay"), (gsd, "cargo build --release -p gridsplitd")]:
         if not f.exists():
@@ -483,8 +562,9 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
     check_free(
         [(SERVER_IP, p) for p in SERVER_PORT.values()]
         + [(ip, p) for ip in (GW_A, GW_B) for p in (GS_LAN, GS_WAN, GS_ADMIN)]
-        + [(GW_A, HAP_A), (GW_B, HAP_B)]
+        + [(GW_A, HAP_A), (GW_B, HAP_B), (GW_A, FLOOR_A), (GW_B, FLOOR_B)]
     )
+    load_before = loadavg()
     tmp = Path(tempfile.mkdtemp(prefix="gridsplit-bench-relay-"))
     (tmp / "psk").write_bytes(secrets.token_hex(32).encode())
     cfg_a = gridsplitd_config(tmp, "alpha", strategy)
@@ -495,49 +575,19 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
         raise Stopped()
 
     old_term = signal.signal(signal.SIGTERM, on_term)
+    runs: list[dict] = []
     try:
-        b = str(bench)
-        procs.start("server-direct", [b, "server", SERVER_IP, str(SERVER_PORT["direct"])])
-        if preload:
-            procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"])],
-                        {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_b), "GRIDSPLIT_SITE": "beta"})
-        else:
-            procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--gso1"])
-        procs.start("server-haproxy", [b, "server", SERVER_IP, str(SERVER_PORT["haproxy"])])
-        log = ["--log-level", "warn"]
-        procs.start("gridsplitd-a", [str(gsd), "--config", str(cfg_a), *log])
-        procs.start("gridsplitd-b", [str(gsd), "--config", str(cfg_b), *log])
-        hb = haproxy_config(tmp, "b", f"{GW_B}:{HAP_B}", f"{SERVER_IP}:{SERVER_PORT['haproxy']}", splice)
-        ha = haproxy_config(tmp, "a", f"{GW_A}:{HAP_A}", f"{GW_B}:{HAP_B}", splice)
-        # -db: stay in the foreground as one process, so its PID is the relay's.
-        procs.start("haproxy-b", ["haproxy", "-db", "-f", str(hb)])
-        procs.start("haproxy-a", ["haproxy", "-db", "-f", str(ha)])
-        for name, port in SERVER_PORT.items():
-            wait_port(SERVER_IP, port, procs, f"relaybench server ({name})")
-        wait_port(GW_B, HAP_B, procs, "haproxy B")
-        wait_port(GW_A, HAP_A, procs, "haproxy A")
-        wait_link(f"{GW_A}:{GS_ADMIN}", procs)
-
-        dst_gs = [SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--bind", CLIENT_IP]
-        if preload:
-            gs_chain = Chain("gridsplitd", dst_gs, {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_a),
-                                                    "GRIDSPLIT_SITE": "alpha"}, ["gridsplitd-a", "gridsplitd-b"])
-        else:
-            gs_chain = Chain("gridsplitd", [GW_A, str(GS_LAN), "--bind", CLIENT_IP, "--gsq1"],
-                             {"RELAYBENCH_DST": f"{SERVER_IP}:{SERVER_PORT['gridsplitd']}"},
-                             ["gridsplitd-a", "gridsplitd-b"])
-        chains = [
-            Chain("direct", [SERVER_IP, str(SERVER_PORT["direct"]), "--bind", CLIENT_IP], {}, []),
-            gs_chain,
-            Chain("haproxy", [GW_A, str(HAP_A), "--bind", CLIENT_IP], {}, ["haproxy-a", "haproxy-b"]),
-        ]
-        # A short pass through every chain first: fails fast, and warms every path.
-        for c in chains:
-            run_client(bench, "ping", c, ["--count", "200", "--warmup", "0"], timeout=30)
-        console.print(f"[bold]measuring[/bold] {', '.join(CHAINS)}: {repeat} repeats, "
-                      f"{count} round trips and {seconds:g} s streams each")
-        runs = measure(bench, procs, chains, repeat, seconds, count)
-        procs.check()
+        console.print(f"[bold]measuring[/bold] {', '.join(c for c in CHAINS if c != 'floor' or floor)}: "
+                      f"{repeat} repeats, {count} round trips and {seconds:g} s streams each")
+        for rep in range(repeat):
+            # Every repeat starts every process afresh: on a small (virtual) machine
+            # where the scheduler puts each process decides much of a ping-pong's
+            # latency, so each repeat draws a new placement for every chain alike
+            # instead of one draw holding for the whole run.
+            chains = start_all(procs, tmp, bench, gsd, lib, cfg_a, cfg_b, preload, splice, floor, threads)
+            runs += measure(bench, procs, chains, rep, repeat, seconds, count)
+            procs.check()
+            procs.stop()
     finally:
         procs.stop()
         signal.signal(signal.SIGTERM, old_term)
@@ -549,12 +599,13 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
         "benchmark": "relay",
         "date": date,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_facts(),
-        "versions": versions(gsd),
+        "machine": {**machine_facts(), "loadavg_before": load_before, "loadavg_after": loadavg()},
+        "versions": versions(gsd, gridsplitd_bin is not None),
         "parameters": {
             "repeat": repeat, "seconds": seconds, "ping_count": count, "ping_warmup": 2000, "ping_size": 8,
             "stream_block": 256 * 1024, "strategy": strategy, "preload": preload, "haproxy_splice": splice,
             "haproxy_nbthread": 1, "loopback_sites": ["127.0.1.0/24", "127.0.2.0/24"],
+            "gridsplitd_args": f"--threads {threads}" if threads else "", "floor": floor, "tag": tag,
         },
         "summary": summary,
         "runs": runs,
@@ -564,7 +615,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
     for k, ok in tg.items():
         console.print(f"  target {k}: " + ("[green]met[/green]" if ok else "[red]missed[/red]"))
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{date}-{doc['machine']['hostname']}"
+    stem = out / f"{date}-{doc['machine']['hostname']}{'-' + tag if tag else ''}"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(doc))
     console.print(f"wrote {stem}.json and {stem}.md")
@@ -585,11 +636,22 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
 @click.option("--preload/--no-preload", default=True, show_default=True,
               help="Client and server run with libgridsplit.so, or speak GSq1/GSo1 themselves.")
 @click.option("--haproxy-splice", is_flag=True, help="Enable HAProxy's kernel splicing (off by default).")
+@click.option("--floor/--no-floor", default=True, show_default=True,
+              help="Also measure two minimal C relays (the machine's floor for any relay).")
+@click.option("--threads", type=click.IntRange(1, 256), default=None,
+              help="Pass --threads N to gridsplitd (default: its own default).")
+@click.option("--gridsplitd", "gridsplitd_bin", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Another gridsplitd binary (e.g. an older build, for before/after).")
+@click.option("--tag", default="", help="Suffix for the result files' names (a variant: -TAG).")
 @click.option("--no-build", is_flag=True, help="Use the binaries as they are.")
-def relay(out, repeat, seconds, count, strategy, preload, haproxy_splice, no_build):
+def relay(out, repeat, seconds, count, strategy, preload, haproxy_splice, floor, threads, gridsplitd_bin,
+          tag, no_build):
     """Latency, throughput and CPU of gridsplitd vs HAProxy vs direct, on loopback."""
     try:
-        run(out, repeat, seconds, count, strategy, preload, haproxy_splice, no_build)
+        if tag and not tag.replace("-", "").replace("_", "").isalnum():
+            raise BenchError(f"--tag {tag!r}: use letters, digits, - and _ only")
+        run(out, repeat, seconds, count, strategy, preload, haproxy_splice, no_build, floor, threads,
+            gridsplitd_bin, tag)
     except BenchError as e:
         click.echo(f"gridsplit bench relay: error: {e}", err=True)
         sys.exit(2)

@@ -372,7 +372,7 @@ async fn read_some(
     buf: &mut impl BufMut,
 ) -> Option<std::io::Result<usize>> {
     loop {
-        match s.try_read_buf(buf) {
+        match crate::transfer::tcp::try_read_drain(s, buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             r => return Some(r),
         }
