@@ -106,6 +106,10 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&dump))?;
+    // SIGUSR2 starts a new window for the worst-lateness figure (counters stay
+    // cumulative: the lab computes their deltas itself).
+    let reset = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR2, Arc::clone(&reset))?;
 
     let late_threshold_ns = config.late_threshold_us * 1000;
     let mut directions = Vec::new();
@@ -192,7 +196,13 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     let mut next_write = started;
     while !stop.load(Relaxed) {
         let now = os::monotonic_ns();
-        if now >= next_write || dump.swap(false, Relaxed) {
+        let new_window = reset.swap(false, Relaxed);
+        if new_window {
+            for (_, stats) in &directions {
+                stats.lateness.reset_worst();
+            }
+        }
+        if now >= next_write || dump.swap(false, Relaxed) || new_window {
             writer.write();
             // Skip missed slots rather than writing a burst of reports.
             next_write = now.max(next_write + interval_ns);

@@ -144,6 +144,12 @@ impl Lateness {
         }
     }
 
+    /// Forgets the worst lateness seen so far, so that a measurement window
+    /// (the lab's check, on SIGUSR2) reports its own worst case.
+    pub fn reset_worst(&self) {
+        self.worst_ns.store(0, Relaxed);
+    }
+
     pub fn summary(&self) -> LatenessSummary {
         let count = self.count.load(Relaxed);
         let worst = self.worst_ns.load(Relaxed);

@@ -131,15 +131,33 @@ def exec_(host: str, cmd: tuple[str, ...]) -> None:
 @click.option("--pairs", type=int, default=3, show_default=True,
               help="How many site pairs get the throughput test (RTT is tested on every pair).")
 @click.option("--seconds", type=float, default=4.0, show_default=True, help="Duration of each throughput test.")
-def check(as_json: bool, pairs: int, seconds: float) -> None:
+@click.option("--repeat", type=click.IntRange(1, 50), default=1, show_default=True,
+              help="Run the whole check K times; the summary gives medians and min-max.")
+@click.option("--out", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write the full report (with machine facts) to this JSON file.")
+def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | None) -> None:
     """Fidelity self-test: RTT, throughput, buffer, and the delay line's schedule.
 
     Exits 3 if any measurement misses its bound, or if the emulator fell behind.
     """
-    from .check import run_check, render
+    from .check import run_check, render, summarize
+    from ..machine import facts
     state = realize.load_state(_names())
-    report = run_check(state, pairs=pairs, seconds=seconds,
-                       progress=None if as_json else (lambda m: _console().print(f"[dim]·[/dim] {m}")))
+    say = None if as_json else (lambda m: _console().print(f"[dim]·[/dim] {m}"))
+    machine = facts()
+    runs = []
+    for i in range(repeat):
+        if say and repeat > 1:
+            say(f"run {i + 1} of {repeat}")
+        runs.append(run_check(state, pairs=pairs, seconds=seconds, progress=say))
+    report = runs[-1] if repeat == 1 else summarize(runs)
+    report["machine"] = machine
+    report["topology_detail"] = state.topo.to_dict()
+    if out:
+        import json as _json
+        from pathlib import Path as _P
+        _P(out).parent.mkdir(parents=True, exist_ok=True)
+        _P(out).write_text(_json.dumps({**report, "runs": runs if repeat > 1 else None}, indent=1))
     if as_json:
         from ..cli import emit_json
         emit_json(report)

@@ -1,0 +1,44 @@
+"""Facts about the machine and the code a measurement ran on, for result files.
+
+Every committed result carries these, so that a number can always be traced to
+the hardware, kernel and source revision that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from . import __version__
+from .sysdeps import repo_root
+
+
+def facts() -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    rev = ""
+    root = repo_root()
+    if root is not None:
+        cp = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], text=True, capture_output=True)
+        rev = cp.stdout.strip()
+    load = os.getloadavg()
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "hostname": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "kernel": platform.release(),
+        "gridsplit": __version__,
+        "git": rev,
+        "loadavg_1m_at_start": round(load[0], 2),
+    }
