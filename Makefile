@@ -34,6 +34,7 @@ build: deps
 	$(call step,build: Rust daemons, C node library, MPI programs)
 	cargo build --release --quiet
 	$(MAKE) --no-print-directory -C mpi all
+	$(MAKE) --no-print-directory -C bench/relay
 	@if [ -f preload/Makefile ]; then $(MAKE) --no-print-directory -C preload all; fi
 
 demo: build

@@ -46,6 +46,7 @@ def main() -> None:
     lab       an emulated multi-site grid on this machine (namespaces, real TCP, real MPI)
     gateway   site gateways (gridsplitd): configs and status
     run       run an MPI job with its cross-site connections split at the gateways
+    bench     benchmarks (relay: gridsplitd vs HAProxy vs direct on loopback)
     """
 
 
@@ -59,3 +60,13 @@ from .lab.cli import lab  # noqa: E402
 main.add_command(lab)
 main.add_command(gateway)
 main.add_command(run)
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks, measured side by side in one run, with result files."""
+
+
+from .bench.relay import relay  # noqa: E402
+
+bench.add_command(relay)

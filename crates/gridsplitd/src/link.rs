@@ -256,7 +256,9 @@ impl Link {
         q.wire_busy = false;
         q.spare = Some(out);
         if !matches!(res, Ok(true)) {
-            self.metrics().wan_direct_partial.fetch_add(1, Ordering::Relaxed);
+            self.metrics()
+                .wan_direct_partial
+                .fetch_add(1, Ordering::Relaxed);
             q.leftover = segs;
         }
         let more = q.has_work();
@@ -264,7 +266,9 @@ impl Link {
         if more {
             self.wake.notify_one();
         }
-        self.metrics().wan_direct_sends.fetch_add(1, Ordering::Relaxed);
+        self.metrics()
+            .wan_direct_sends
+            .fetch_add(1, Ordering::Relaxed);
         self.count_out(frames, written as u64, data);
     }
 
@@ -373,7 +377,11 @@ impl Link {
     /// Acts on one received frame. Flows that got data are added to `touched`: the
     /// reader writes their data to the LAN once it has handled every frame already
     /// received (one write per flow per burst instead of one per frame).
-    fn handle(self: &Arc<Self>, frame: Frame, touched: &mut Vec<Arc<Flow>>) -> Result<(), LinkError> {
+    fn handle(
+        self: &Arc<Self>,
+        frame: Frame,
+        touched: &mut Vec<Arc<Flow>>,
+    ) -> Result<(), LinkError> {
         let mut touch = |f: Arc<Flow>| {
             if !touched.iter().any(|t| Arc::ptr_eq(t, &f)) {
                 touched.push(f);
@@ -505,7 +513,9 @@ async fn writer<T: WanTx>(link: Arc<Link>, tx: Arc<T>) -> Result<(), LinkError> 
             _ = link.closed.cancelled() => return Ok(()),
         }
         link.send.lock().unwrap().wire_busy = false;
-        link.metrics().wan_queued_sends.fetch_add(1, Ordering::Relaxed);
+        link.metrics()
+            .wan_queued_sends
+            .fetch_add(1, Ordering::Relaxed);
         link.count_out(frames, n, data);
     }
 }
@@ -885,6 +895,10 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(flows, vec![9, 11, 13, 15, 17, 19], "FIFO order kept across writes");
+        assert_eq!(
+            flows,
+            vec![9, 11, 13, 15, 17, 19],
+            "FIFO order kept across writes"
+        );
     }
 }

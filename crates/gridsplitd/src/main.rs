@@ -30,10 +30,11 @@ struct Cli {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: Level,
-    /// Runtime threads. 1 (the default) runs everything on one thread: a relayed
-    /// message then never crosses threads inside the gateway, which measured
-    /// fastest for latency and on par for throughput (see results/relay/). More
-    /// threads spread many busy flows over cores.
+    /// Runtime threads. 1 (the default) runs everything on one thread, so a
+    /// relayed message never crosses threads inside the gateway: on a 2-core
+    /// machine it relayed with less added latency than 2 threads and the same
+    /// throughput (results/relay/*-threads2.md). More threads spread many busy
+    /// flows over more cores.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
 }

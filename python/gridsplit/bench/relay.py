@@ -19,13 +19,15 @@ Sites are 127.0.1.0/24 (client, gateway A) and 127.0.2.0/24 (server, gateway B),
 as in gridsplitd's end-to-end tests. The gridsplitd client is an unmodified
 program with build/libgridsplit.so preloaded (the real node path: GSq1 on connect,
 GSo1 on accept). Each relay is one process: gridsplitd as built, HAProxy in
-`mode tcp` with `nbthread 1` and otherwise default settings (it sets TCP_NODELAY on
-its sockets by itself; kernel splicing stays off as by default).
+`mode tcp` with `nbthread 1` and otherwise default settings (2.6 has no TCP_NODELAY
+knob for tcp mode: it sets TCP_NODELAY itself on both its client and server
+sockets, as strace shows; kernel splicing stays off as by default).
 
 Metrics, each per repeat, reported as median and min–max over repeats:
-  * RTT of an 8-byte ping-pong (median and p99 of >= 20k round trips); each chain
-    has two relay hops, so the added RTT per hop is (chain − direct) / 2, taken
-    against the direct RTT of the same repeat;
+  * RTT of an 8-byte ping-pong (median and p99 of >= 20k round trips, taken in
+    blocks that alternate between the chains); each chain has two relay hops, so
+    the added RTT per hop is (chain − direct) / 2, taken against the direct RTT
+    of the same repeat;
   * throughput of one stream (client → server, timed until the server has it all);
   * relay CPU: utime+stime of both relay processes (from /proc/PID/stat) during the
     stream, per GB of application payload carried end to end (each relay handles
@@ -286,38 +288,60 @@ def run_client(bench: Path, sub: str, chain: Chain, extra: list[str], timeout: f
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# Ping-pong runs are cut into blocks, and the chains take turns block by block:
+# on a shared or virtual machine latency drifts within seconds, and fine
+# interleaving exposes every chain to the same drift, so differences between
+# chains stay meaningful even when absolute numbers move.
+BLOCKS = 10
+BLOCK_WARMUP = 200
+
+
+def pct(sorted_xs: list[float], p: float) -> float:
+    return sorted_xs[min(len(sorted_xs) - 1, int(p / 100 * (len(sorted_xs) - 1) + 0.5))]
+
+
 def measure(
     bench: Path, procs: Processes, chains: list[Chain], rep: int, repeat: int, seconds: float, count: int
 ) -> list[dict]:
-    runs = []
-    for rep in [rep]:
-        # Rotate the order every repeat: drift (thermal, other load) spreads evenly.
-        order = chains[rep % len(chains) :] + chains[: rep % len(chains)]
-        rec: dict = {"repeat": rep + 1, "order": [c.name for c in order], "ping": {}, "stream": {}}
+    # Rotate the order every repeat: what runs first or last changes.
+    order = chains[rep % len(chains) :] + chains[: rep % len(chains)]
+    rec: dict = {"repeat": rep + 1, "order": [c.name for c in order], "ping": {}, "stream": {}}
+    samples: dict[str, list[float]] = {c.name: [] for c in order}
+    cpu: dict[str, dict[str, float]] = {c.name: {r: 0.0 for r in c.relays} for c in order}
+    per_block = -(-count // BLOCKS)
+    for _ in range(BLOCKS):
         for c in order:
             procs.check()
             cpu0 = {r: cpu_seconds(procs.pid(r)) for r in c.relays}
-            res = run_client(bench, "ping", c, ["--count", str(count), "--warmup", "2000"],
-                             timeout=count * 0.005 + 60)
-            res["relay_cpu_s"] = {r: cpu_seconds(procs.pid(r)) - cpu0[r] for r in c.relays}
-            rec["ping"][c.name] = res
-            console.print(
-                f"  repeat {rep + 1}/{repeat} ping   {c.name:<11} median {res['rtt_us']['median']:8.2f} µs"
-                f"   p99 {res['rtt_us']['p99']:8.2f} µs"
-            )
-        for c in order:
-            procs.check()
-            cpu0 = {r: cpu_seconds(procs.pid(r)) for r in c.relays}
-            res = run_client(bench, "stream", c, ["--seconds", str(seconds)], timeout=seconds + 60)
-            res["relay_cpu_s"] = {r: cpu_seconds(procs.pid(r)) - cpu0[r] for r in c.relays}
-            rec["stream"][c.name] = res
-            cpu = sum(res["relay_cpu_s"].values())
-            console.print(
-                f"  repeat {rep + 1}/{repeat} stream {c.name:<11} {res['gbps']:8.2f} Gb/s"
-                + (f"   relays {cpu / (res['bytes'] / 1e9):.3f} CPU-s/GB" if c.relays else "")
-            )
-        runs.append(rec)
-    return runs
+            res = run_client(bench, "ping", c,
+                             ["--count", str(per_block), "--warmup", str(BLOCK_WARMUP), "--raw"],
+                             timeout=per_block * 0.01 + 60)
+            for r in c.relays:
+                cpu[c.name][r] += cpu_seconds(procs.pid(r)) - cpu0[r]
+            samples[c.name] += res["samples_us"]
+    for c in order:
+        xs = sorted(samples[c.name])
+        rec["ping"][c.name] = {
+            "size": 8, "count": len(xs), "warmup": BLOCKS * BLOCK_WARMUP, "blocks": BLOCKS,
+            "rtt_us": {"min": xs[0], "median": pct(xs, 50), "mean": statistics.fmean(xs), "p90": pct(xs, 90),
+                       "p99": pct(xs, 99), "p999": pct(xs, 99.9), "max": xs[-1]},
+            "relay_cpu_s": cpu[c.name],
+        }
+        r = rec["ping"][c.name]["rtt_us"]
+        console.print(f"  repeat {rep + 1}/{repeat} ping   {c.name:<11} median {r['median']:8.2f} µs"
+                      f"   p99 {r['p99']:8.2f} µs")
+    for c in order:
+        procs.check()
+        cpu0 = {r: cpu_seconds(procs.pid(r)) for r in c.relays}
+        res = run_client(bench, "stream", c, ["--seconds", str(seconds)], timeout=seconds + 60)
+        res["relay_cpu_s"] = {r: cpu_seconds(procs.pid(r)) - cpu0[r] for r in c.relays}
+        rec["stream"][c.name] = res
+        used = sum(res["relay_cpu_s"].values())
+        console.print(
+            f"  repeat {rep + 1}/{repeat} stream {c.name:<11} {res['gbps']:8.2f} Gb/s"
+            + (f"   relays {used / (res['bytes'] / 1e9):.3f} CPU-s/GB" if c.relays else "")
+        )
+    return [rec]
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -409,8 +433,9 @@ def markdown(doc: dict) -> str:
         "",
         f"Machine: {m['cpu_model']}, {m['cores']} cores, Linux {m['kernel']}.  ",
         f"Versions: gridsplitd {doc['versions']['gridsplitd']}; {doc['versions']['haproxy']}.  ",
-        f"Parameters: {p['repeat']} repeats (chains interleaved, order rotated), "
-        f"{p['ping_count']} round trips of {p['ping_size']} B per ping run, "
+        f"Parameters: {p['repeat']} repeats (processes restarted and chain order rotated every repeat), "
+        f"{p['ping_count']} round trips of {p['ping_size']} B per chain and repeat, in {BLOCKS} blocks "
+        f"alternating between chains, "
         f"{p['seconds']} s streams of {p['stream_block']} B writes; gridsplitd strategy `{p['strategy']}`, "
         f"client {'with libgridsplit.so preloaded' if p['preload'] else 'speaking GSq1 itself'}; "
         f"HAProxy `mode tcp`, `nbthread 1`, splice {'on' if p['haproxy_splice'] else 'off'}; "
@@ -602,7 +627,8 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
         "machine": {**machine_facts(), "loadavg_before": load_before, "loadavg_after": loadavg()},
         "versions": versions(gsd, gridsplitd_bin is not None),
         "parameters": {
-            "repeat": repeat, "seconds": seconds, "ping_count": count, "ping_warmup": 2000, "ping_size": 8,
+            "repeat": repeat, "seconds": seconds, "ping_count": count, "ping_blocks": BLOCKS, "ping_warmup_per_block": BLOCK_WARMUP,
+            "ping_size": 8,
             "stream_block": 256 * 1024, "strategy": strategy, "preload": preload, "haproxy_splice": splice,
             "haproxy_nbthread": 1, "loopback_sites": ["127.0.1.0/24", "127.0.2.0/24"],
             "gridsplitd_args": f"--threads {threads}" if threads else "", "floor": floor, "tag": tag,
@@ -630,7 +656,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
 @click.option("--seconds", type=click.FloatRange(0.5, 600), default=5.0, show_default=True,
               help="Duration of each stream.")
 @click.option("--count", type=click.IntRange(20000, 10_000_000), default=20000, show_default=True,
-              help="Round trips per ping-pong run (after 2000 of warm-up).")
+              help=f"Round trips per chain and repeat, in {BLOCKS} blocks (each after {BLOCK_WARMUP} of warm-up).")
 @click.option("--strategy", type=click.Choice(["fair", "fifo", "aggregate"]), default="fair", show_default=True,
               help="gridsplitd scheduling strategy.")
 @click.option("--preload/--no-preload", default=True, show_default=True,

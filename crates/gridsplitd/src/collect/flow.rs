@@ -508,7 +508,9 @@ async fn wan_to_lan(
         let written = total - batch.iter().map(|b| b.len()).sum::<usize>();
         let grant = flow.rx.lock().unwrap().end_write(&mut batch, written);
         flow.bytes_down.fetch_add(written as u64, Ordering::Relaxed);
-        link.metrics().lan_queued_writes.fetch_add(1, Ordering::Relaxed);
+        link.metrics()
+            .lan_queued_writes
+            .fetch_add(1, Ordering::Relaxed);
         if res.is_err() {
             reset_here(flow, link, ResetReason::LanReset);
             return End::Reset;
@@ -562,8 +564,8 @@ mod tests {
         let mut batch = Vec::new();
         s.take_batch(&mut batch);
         assert!(s.writing && s.queue.is_empty() && batch.len() == 3);
-        s.queue.push_back(Bytes::from_static(b"dddd")); // arrives during the write
-        // The socket took "aaaa" and "bb".
+        // "dddd" arrives during the write, which takes "aaaa" and "bb" only.
+        s.queue.push_back(Bytes::from_static(b"dddd"));
         batch.remove(0);
         bytes::Buf::advance(&mut batch[0], 2);
         assert_eq!(s.end_write(&mut batch, 6), None, "6 bytes freed < 10");

@@ -240,7 +240,10 @@ pub(crate) fn try_write_segments(stream: &TcpStream, segs: &mut Vec<Bytes>) -> i
 /// on every socket of a relay (a ping-pong's message is always a short read).
 /// The readiness is captured before the read and cleared only if no event came
 /// in since, so an arrival racing with the read is never lost.
-pub(crate) fn try_read_drain(stream: &TcpStream, buf: &mut impl bytes::BufMut) -> io::Result<usize> {
+pub(crate) fn try_read_drain(
+    stream: &TcpStream,
+    buf: &mut impl bytes::BufMut,
+) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     let mut got = None;
     let res = stream.try_io(tokio::io::Interest::READABLE, || {
