@@ -18,9 +18,14 @@ def test_paper_preset_is_the_seed_platform_scaled():
     assert (b.nodes, b.max_nodes, s.nodes) == (4, 20, 1)
     assert b.gateway and s.gateway
     assert t.rtt_ms("bordeaux", "sophia") == pytest.approx(10.6)
-    # 10x scaling: NICs 1 Gb/s -> 100 Mb/s, WAN 10 -> 1 Gb/s, 4 MB buffers -> 410 KB
+    # 10x scaling: NICs 1 Gb/s -> 100 Mb/s, WAN 10 -> 1 Gb/s, 4 MB buffers -> 410 KB, 2 ms port buffers
+    assert t.scale == 10
     assert b.nic_mbps == 100 and t.wan("bordeaux", "sophia").rate_mbps == 1000
     assert b.tcp.rmem_max == 419430 and b.tcp.congestion == "cubic" and b.tcp.sack
+    assert b.switch_buffer_bytes * 8 / (b.nic_mbps * 1e6) == pytest.approx(0.002)
+    full = load_topology("paper", scale=1)
+    assert full.site("bordeaux").nic_mbps == 1000 and full.site("bordeaux").tcp.rmem_max == 4194304
+    assert full.rtt_ms("bordeaux", "sophia") == t.rtt_ms("bordeaux", "sophia")
     assert len(load_topology("paper", nodes=20).site("bordeaux").__dict__) and load_topology("paper", 20).site("bordeaux").nodes == 20
     with pytest.raises(GridsplitError, match="1 to 20 nodes"):
         load_topology("paper", nodes=21)
@@ -32,7 +37,8 @@ def test_g5k9_preset_uses_seed_rtt_matrix():
     # seed 001 Table 2: bordeaux<->sophia 10.6 / 10.60 ms; grenoble<->lyon 3.3 / 3.28 ms
     assert t.rtt_ms("bordeaux", "sophia") == pytest.approx(10.6, abs=0.001)
     assert t.rtt_ms("lyon", "grenoble") == pytest.approx(3.29, abs=0.001)
-    assert all(s.tcp.rmem_max == 174760 for s in t.sites)  # untuned default images
+    assert all(s.tcp.rmem_max == 17476 for s in t.sites)  # untuned default images (170 KB), scaled 1/10
+    assert all(s.tcp.rmem_max == 174760 for s in load_topology("g5k9", scale=1).sites)
 
 
 def test_address_plan_is_disjoint():
@@ -113,6 +119,11 @@ def test_cli_reports_bad_file_in_one_line(tmp_path):
     assert "Traceback" not in cp.stderr
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gridsplit: error: ") and "not valid TOML" in lines[0]
+
+
+def test_bad_scale():
+    with pytest.raises(GridsplitError, match="--scale 0.5"):
+        load_topology("paper", scale=0.5)
 
 
 def test_cli_unknown_preset():

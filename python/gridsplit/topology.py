@@ -145,6 +145,7 @@ class Topology:
     sites_block: ipaddress.IPv4Network
     wan_block: ipaddress.IPv4Network
     gateways: GatewaySettings = field(default_factory=GatewaySettings)
+    scale: float = 1.0
 
     # -- lookups ---------------------------------------------------------
     def site(self, name: str) -> Site:
@@ -204,11 +205,31 @@ class Topology:
             sites.append(s)
         return replace(self, sites=tuple(sites))
 
+    def scaled(self, factor: float) -> "Topology":
+        """This grid with every rate divided by `factor`, delays kept.
+
+        Byte quantities that stand for "a time at a rate" (switch and WAN
+        buffers, NIC queues, host TCP buffer maxima) are divided too, so every
+        queueing delay and every ratio buffer/BDP is the one of the full-rate grid.
+        """
+        if factor == 1:
+            return self
+        b = lambda n: max(int(n / factor), 1514)
+        sites = tuple(replace(
+            s, nic_mbps=s.nic_mbps / factor, uplink_mbps=s.uplink_mbps / factor,
+            switch_buffer_bytes=b(s.switch_buffer_bytes), nic_queue_bytes=b(s.nic_queue_bytes),
+            tcp=replace(s.tcp, rmem_max=max(int(s.tcp.rmem_max / factor), 4096),
+                        wmem_max=max(int(s.tcp.wmem_max / factor), 4096)))
+            for s in self.sites)
+        wans = tuple(replace(w, rate_mbps=w.rate_mbps / factor, buffer_bytes=b(w.buffer_bytes)) for w in self.wans)
+        return replace(self, sites=sites, wans=wans, scale=self.scale * factor)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description (stored in the lab state, embedded in results)."""
         return {
             "name": self.name,
             "source": self.source,
+            "scale": self.scale,
             "sites": [
                 {
                     "name": s.name, "nodes": s.nodes, "nic_mbps": s.nic_mbps,
@@ -312,7 +333,7 @@ SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "n
              "uplink_mbps", "gateway", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
-TOP_KEYS = ("name", "description", "addressing", "defaults", "site", "wan", "gateways")
+TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
@@ -331,6 +352,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     """Validate a parsed TOML document and resolve it into a Topology."""
     top = _Reader(src, "", data, TOP_KEYS)
     name = top.string("name", Path(src).stem)
+    scale = top.number("scale", 1.0, lo=1.0, hi=1000.0)
     addressing = _Reader(src, "addressing", data.get("addressing", {}), ("sites", "wan"))
     sites_block = addressing.network("sites", "10.71.0.0/16", 20)
     wan_block = addressing.network("wan", "10.72.0.0/16", 24)
@@ -454,11 +476,14 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     return Topology(
         name=name, description=top.string("description", ""), source=src,
         sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block, gateways=gw,
-    )
+    ).scaled(scale)
 
 
-def load_topology(spec: str, nodes: int | None = None) -> Topology:
-    """Load a preset by name (paper, g5k9, mini) or a TOML file by path."""
+def load_topology(spec: str, nodes: int | None = None, scale: float | None = None) -> Topology:
+    """Load a preset by name (paper, g5k9, mini) or a TOML file by path.
+
+    `scale` replaces the file's own `scale` (rates divided by it, delays kept).
+    """
     if spec in PRESETS:
         text = resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
         src = f"preset {spec}"
@@ -475,5 +500,9 @@ def load_topology(spec: str, nodes: int | None = None) -> Topology:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise GridsplitError(f"{src}: not valid TOML: {e}") from None
+    if scale is not None:
+        if not 1 <= scale <= 1000:
+            raise GridsplitError(f"--scale {scale:g}: must be between 1 (full rate) and 1000")
+        data = {**data, "scale": scale}
     topo = parse_topology(data, src)
     return topo.with_nodes(nodes) if nodes is not None else topo

@@ -40,14 +40,19 @@ def lab() -> None:
               help="A preset (paper, g5k9, mini) or a topology TOML file.")
 @click.option("--nodes", "-n", type=click.IntRange(1, 250), default=None,
               help="Node count of the topology's variable sites (paper: bordeaux senders).")
+@click.option("--scale", type=float, default=None,
+              help="Divide every rate (and rate-sized buffer) by this, keeping delays; overrides the topology's scale.")
 @click.option("--no-gateways", is_flag=True, help="Do not start gridsplitd on the gateway hosts.")
-def up(topology: str, nodes: int | None, no_gateways: bool) -> None:
+def up(topology: str, nodes: int | None, scale: float | None, no_gateways: bool) -> None:
     """Build the lab: namespaces, switches, routers, WAN links, delay line, gateways."""
     con = _console()
     t0 = time.monotonic()
     state = realize.up(topology, nodes, _names(), progress=lambda m: con.print(f"[dim]·[/dim] {m}"),
-                       gateways=not no_gateways)
+                       gateways=not no_gateways, scale=scale)
     hosts = state.topo.hosts()
+    if state.topo.scale != 1:
+        con.print(f"[dim]·[/dim] rates are the topology's divided by {state.topo.scale:g} (delays kept): "
+                  f"NICs {', '.join(sorted({f'{s.nic_mbps:g}' for s in state.topo.sites}))} Mb/s")
     con.print(f"lab [bold]{state.topo.name}[/bold] is up in {time.monotonic() - t0:.1f} s: "
               f"{len(state.topo.sites)} sites, {len(hosts)} hosts, {len(state.topo.wans)} WAN links "
               f"(prefix {state.names.prefix}). Try `gridsplit lab status`, `gridsplit lab check`.")
@@ -75,7 +80,8 @@ def status(as_json: bool) -> None:
                    "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats}})
         return
     con = _console()
-    con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']})")
+    con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']}"
+              f"{f', rates scaled 1/{state.topo.scale:g}' if state.topo.scale != 1 else ''})")
     t = Table("site", "subnet", "nodes", "NIC", "switch buffer", "TCP max buffers", "CC", "gateway")
     for s in state.topo.sites:
         t.add_row(s.name, str(s.subnet), str(s.nodes), f"{s.nic_mbps:g} Mb/s", f"{s.switch_buffer_bytes} B",

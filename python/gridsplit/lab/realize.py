@@ -91,7 +91,7 @@ def load_state(names: LabNames) -> LabState:
     if not names.state_file.exists():
         raise GridsplitError(f"no lab is up (prefix {names.prefix!r}); start one with `gridsplit lab up`")
     data = json.loads(names.state_file.read_text())
-    topo = load_topology(str(names.state_dir / "topology.toml"), data.get("nodes"))
+    topo = load_topology(str(names.state_dir / "topology.toml"), data.get("nodes"), data.get("scale"))
     topo = _renamed(topo, data["topology_name"])
     return LabState(names, topo, data)
 
@@ -118,8 +118,8 @@ def _lock(names: LabNames) -> Iterator[None]:
 
 
 def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
-       gateways: bool = True) -> LabState:
-    topo = load_topology(spec, nodes)  # bad input first: it needs no privilege to report
+       gateways: bool = True, scale: float | None = None) -> LabState:
+    topo = load_topology(spec, nodes, scale)  # bad input first: it needs no privilege to report
     text = _topology_text(spec)
     sysdeps.need_root("gridsplit lab up")
     for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl"):
@@ -148,7 +148,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
                 progress(f"starting gridsplitd on {len(gw_sites)} gateway(s)")
                 pids.update(_start_gateways(topo, names, gridsplitd, gw_sites))
             data = {
-                "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes,
+                "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes, "scale": scale,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
                 "gateways": gw_sites,
                 "tbf_burst_ms": BURST_MS, "topology": topo.to_dict(),
