@@ -209,15 +209,17 @@ class Topology:
         """This grid with every rate divided by `factor`, delays kept.
 
         Byte quantities that stand for "a time at a rate" (switch and WAN
-        buffers, NIC queues, host TCP buffer maxima) are divided too, so every
-        queueing delay and every ratio buffer/BDP is the one of the full-rate grid.
+        buffers, host TCP buffer maxima) are divided too, so every queueing
+        delay and every ratio buffer/BDP is the one of the full-rate grid. The
+        host's own NIC queue is not: like a real txqueuelen it is counted in
+        frames, and TCP Small Queues must keep a flow from overflowing it.
         """
         if factor == 1:
             return self
         b = lambda n: max(int(n / factor), 1514)
         sites = tuple(replace(
             s, nic_mbps=s.nic_mbps / factor, uplink_mbps=s.uplink_mbps / factor,
-            switch_buffer_bytes=b(s.switch_buffer_bytes), nic_queue_bytes=b(s.nic_queue_bytes),
+            switch_buffer_bytes=b(s.switch_buffer_bytes),
             tcp=replace(s.tcp, rmem_max=max(int(s.tcp.rmem_max / factor), 4096),
                         wmem_max=max(int(s.tcp.wmem_max / factor), 4096)))
             for s in self.sites)
@@ -362,7 +364,10 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     d = _Reader(src, "defaults", data.get("defaults", {}), DEFAULT_KEYS)
     dnic = d.number("nic_mbps", 1000.0, hi=100000)
     dbuf = d.integer("switch_buffer_bytes", 262144, lo=1514)
-    dq = d.integer("nic_queue_bytes", 1048576, lo=1514)
+    # 1000 full frames, Linux's default txqueuelen: more than TCP Small Queues
+    # lets one flow put there (tcp_limit_output_bytes, 1 MB), so a host never
+    # drops its own packets, as a real host does not.
+    dq = d.integer("nic_queue_bytes", 1514000, lo=1514)
     dup = d.number("uplink_mbps", 0.0, positive=False, lo=0)
     dgw = d.boolean("gateway", False)
     dtcp = _tcp(src, "defaults.tcp", d.table.get("tcp", {}), TcpSettings(**DEFAULT_TCP))
