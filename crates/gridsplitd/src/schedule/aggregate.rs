@@ -7,9 +7,7 @@
 //! Arrival order is kept (so it is FIFO with packing). A chunk above `SMALL` is
 //! sent in a DATA frame of its own: packing it would save nothing.
 
-use std::collections::VecDeque;
-
-use super::{one_frame, Chunk, Strategy};
+use super::{Chunk, ChunkQueue, Strategy};
 use crate::wire::{BatchEntry, FlowId, Frame, BATCH_ENTRY_HEADER, HEADER_LEN};
 
 /// Chunks up to this size are worth packing together.
@@ -17,8 +15,7 @@ pub const SMALL: usize = 16 * 1024;
 
 #[derive(Default)]
 pub struct Aggregate {
-    q: VecDeque<Chunk>,
-    bytes: usize,
+    q: ChunkQueue,
 }
 
 impl Strategy for Aggregate {
@@ -27,7 +24,6 @@ impl Strategy for Aggregate {
     }
 
     fn push(&mut self, chunk: Chunk) {
-        self.bytes += chunk.data.len();
         self.q.push_back(chunk);
     }
 
@@ -36,19 +32,12 @@ impl Strategy for Aggregate {
             c.data.len() <= SMALL && used + BATCH_ENTRY_HEADER + c.data.len() <= room
         };
         let first = self.q.front()?;
-        let packable = self.q.len() > 1
-            && fits(first, HEADER_LEN)
-            && fits(
-                &self.q[1],
-                HEADER_LEN + BATCH_ENTRY_HEADER + first.data.len(),
-            );
+        let packable = fits(first, HEADER_LEN)
+            && self.q.get(1).is_some_and(|second| {
+                fits(second, HEADER_LEN + BATCH_ENTRY_HEADER + first.data.len())
+            });
         if !packable {
-            let (frame, rest) = one_frame(self.q.pop_front()?, room);
-            self.bytes -= frame.data_bytes();
-            if let Some(rest) = rest {
-                self.q.push_front(rest);
-            }
-            return Some(frame);
+            return self.q.one_frame(room);
         }
         let mut used = HEADER_LEN;
         let mut entries = Vec::new();
@@ -58,7 +47,6 @@ impl Strategy for Aggregate {
             }
             let c = self.q.pop_front().expect("front exists");
             used += BATCH_ENTRY_HEADER + c.data.len();
-            self.bytes -= c.data.len();
             entries.push(BatchEntry {
                 flow: c.flow,
                 fin: c.fin,
@@ -70,18 +58,11 @@ impl Strategy for Aggregate {
     }
 
     fn remove_flow(&mut self, flow: FlowId) {
-        let bytes = &mut self.bytes;
-        self.q.retain(|c| {
-            let keep = c.flow != flow;
-            if !keep {
-                *bytes -= c.data.len();
-            }
-            keep
-        });
+        self.q.remove_flow(flow);
     }
 
     fn queued_bytes(&self) -> usize {
-        self.bytes
+        self.q.bytes()
     }
 
     fn is_empty(&self) -> bool {

@@ -1,15 +1,12 @@
 //! FIFO: chunks leave in the order they arrived, one frame each. The baseline the
 //! other strategies are measured against, and the lowest per-chunk overhead.
 
-use std::collections::VecDeque;
-
-use super::{one_frame, Chunk, Strategy};
+use super::{Chunk, ChunkQueue, Strategy};
 use crate::wire::{FlowId, Frame};
 
 #[derive(Default)]
 pub struct Fifo {
-    q: VecDeque<Chunk>,
-    bytes: usize,
+    q: ChunkQueue,
 }
 
 impl Strategy for Fifo {
@@ -18,33 +15,19 @@ impl Strategy for Fifo {
     }
 
     fn push(&mut self, chunk: Chunk) {
-        self.bytes += chunk.data.len();
         self.q.push_back(chunk);
     }
 
     fn next_frame(&mut self, room: usize) -> Option<Frame> {
-        let c = self.q.pop_front()?;
-        let (frame, rest) = one_frame(c, room);
-        self.bytes -= frame.data_bytes();
-        if let Some(rest) = rest {
-            self.q.push_front(rest);
-        }
-        Some(frame)
+        self.q.one_frame(room)
     }
 
     fn remove_flow(&mut self, flow: FlowId) {
-        let bytes = &mut self.bytes;
-        self.q.retain(|c| {
-            let keep = c.flow != flow;
-            if !keep {
-                *bytes -= c.data.len();
-            }
-            keep
-        });
+        self.q.remove_flow(flow);
     }
 
     fn queued_bytes(&self) -> usize {
-        self.bytes
+        self.q.bytes()
     }
 
     fn is_empty(&self) -> bool {

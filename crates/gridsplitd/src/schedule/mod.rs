@@ -131,6 +131,69 @@ pub(crate) fn one_frame(mut c: Chunk, room: usize) -> (Frame, Option<Chunk>) {
 }
 
 /// A scheduling strategy. Implementations live one per file in this module.
+/// A FIFO of chunks that keeps the count of the bytes it holds: the state that
+/// arrival-ordered strategies (fifo, aggregate) share.
+#[derive(Default)]
+pub struct ChunkQueue {
+    q: std::collections::VecDeque<Chunk>,
+    bytes: usize,
+}
+
+impl ChunkQueue {
+    pub fn push_back(&mut self, chunk: Chunk) {
+        self.bytes += chunk.data.len();
+        self.q.push_back(chunk);
+    }
+
+    /// Puts back the unsent rest of a chunk, ahead of everything else.
+    pub fn push_front(&mut self, chunk: Chunk) {
+        self.bytes += chunk.data.len();
+        self.q.push_front(chunk);
+    }
+
+    pub fn pop_front(&mut self) -> Option<Chunk> {
+        let c = self.q.pop_front()?;
+        self.bytes -= c.data.len();
+        Some(c)
+    }
+
+    pub fn front(&self) -> Option<&Chunk> {
+        self.q.front()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&Chunk> {
+        self.q.get(i)
+    }
+
+    /// The next frame holding the head chunk alone (or as much of it as fits).
+    pub fn one_frame(&mut self, room: usize) -> Option<Frame> {
+        let (frame, rest) = one_frame(self.pop_front()?, room);
+        if let Some(rest) = rest {
+            self.push_front(rest);
+        }
+        Some(frame)
+    }
+
+    pub fn remove_flow(&mut self, flow: FlowId) {
+        let bytes = &mut self.bytes;
+        self.q.retain(|c| {
+            let keep = c.flow != flow;
+            if !keep {
+                *bytes -= c.data.len();
+            }
+            keep
+        });
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+}
+
 pub trait Strategy: Send {
     fn name(&self) -> &'static str;
     fn push(&mut self, chunk: Chunk);
