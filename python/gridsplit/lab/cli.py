@@ -136,7 +136,7 @@ def exec_(host: str, cmd: tuple[str, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the exit code still tells pass/fail).")
 @click.option("--pairs", type=int, default=3, show_default=True,
               help="How many site pairs get the throughput test (RTT is tested on every pair).")
-@click.option("--seconds", type=float, default=4.0, show_default=True, help="Duration of each throughput test.")
+@click.option("--seconds", type=float, default=6.0, show_default=True, help="Duration of each throughput test (the first second is omitted).")
 @click.option("--repeat", type=click.IntRange(1, 50), default=1, show_default=True,
               help="Run the whole check K times; the summary gives medians and min-max.")
 @click.option("--out", type=click.Path(dir_okay=False, writable=True), default=None,

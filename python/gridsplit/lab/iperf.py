@@ -105,8 +105,10 @@ def tcp(state: LabState, src: Host, dst: Host, seconds: float = 4.0, tuned: bool
     if "error" in data and "end" not in data:
         return {"error": data["error"]}
     end = data["end"]
+    per_second = [i["sum"]["bits_per_second"] / 1e6 for i in data.get("intervals", []) if not i["sum"].get("omitted")]
     return {
         "goodput_mbps": end["sum_received"]["bits_per_second"] / 1e6,
+        "interval_mbps": per_second,
         "sent_mbps": end["sum_sent"]["bits_per_second"] / 1e6,
         "retransmits": end["sum_sent"].get("retransmits", 0),
         "mss": data["start"].get("tcp_mss_default") or 1448,
