@@ -91,7 +91,8 @@ def tcp(state: LabState, src: Host, dst: Host, seconds: float = 4.0, tuned: bool
     bdp = int(topo.bottleneck_mbps(src, dst) * 1e6 / 8 * rtt_s)
     port = _port()
     server = _server(state, dst, port)
-    args = ["-c", str(dst.ip), "-p", str(port), "-t", str(seconds), "-O", "1", "-P", str(streams)]
+    args = ["-c", str(dst.ip), "-p", str(port), "-t", str(seconds), "-O", "1", "-P", str(streams),
+            "--get-server-output"]
     if congestion:
         args += ["-C", congestion]
     try:
@@ -105,7 +106,11 @@ def tcp(state: LabState, src: Host, dst: Host, seconds: float = 4.0, tuned: bool
     if "error" in data and "end" not in data:
         return {"error": data["error"]}
     end = data["end"]
-    per_second = [i["sum"]["bits_per_second"] / 1e6 for i in data.get("intervals", []) if not i["sum"].get("omitted")]
+    # Receiver-side intervals (the server's report): what crossed the path each
+    # second, not what the sender managed to queue.
+    server = data.get("server_output_json") or {}
+    per_second = [i["sum"]["bits_per_second"] / 1e6 for i in server.get("intervals", [])[1:]
+                  if i["sum"].get("seconds", 0) > 0.5]
     return {
         "goodput_mbps": end["sum_received"]["bits_per_second"] / 1e6,
         "interval_mbps": per_second,
