@@ -51,7 +51,7 @@ def buffers(state: LabState, hosts: list[Host], nbytes: int) -> Iterator[None]:
 
 
 def _server(state: LabState, dst: Host, port: int) -> subprocess.Popen:
-    return subprocess.Popen(["ip", "netns", "exec", state.ns(dst), "iperf3", "-s", "-1", "-p", str(port), "-B", str(dst.ip)],
+    return subprocess.Popen(["ip", "netns", "exec", state.ns(dst), "iperf3", "-s", "-1", "-J", "-p", str(port), "-B", str(dst.ip)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -109,8 +109,8 @@ def tcp(state: LabState, src: Host, dst: Host, seconds: float = 4.0, tuned: bool
     # Receiver-side intervals (the server's report): what crossed the path each
     # second, not what the sender managed to queue.
     server = data.get("server_output_json") or {}
-    per_second = [i["sum"]["bits_per_second"] / 1e6 for i in server.get("intervals", [])[1:]
-                  if i["sum"].get("seconds", 0) > 0.5]
+    per_second = [i["sum"]["bits_per_second"] / 1e6 for i in server.get("intervals", [])
+                  if not i["sum"].get("omitted") and i["sum"].get("seconds", 0) > 0.5]
     return {
         "goodput_mbps": end["sum_received"]["bits_per_second"] / 1e6,
         "interval_mbps": per_second,
