@@ -43,13 +43,8 @@ demo: build
 	gridsplit lab up --topology paper --nodes 4
 	$(call step,demo: lab fidelity check)
 	@gridsplit lab check || echo "WARNING: the lab missed a fidelity bound on this run (see above); numbers below are less trustworthy"
-	$(call step,demo: a first cross-site measurement: 50 MPI gathers of 100 KB from 4 bordeaux nodes to the sophia root)
-	@echo "-- direct (node to node across the WAN):"
-	gridsplit lab counters bordeaux-1 sophia-1 -- gridsplit lab mpirun --direct --impl openmpi --timeout 300 \
-	  --hosts sophia-1,bordeaux-1,bordeaux-2,bordeaux-3,bordeaux-4 -- build/mpi/openmpi/gather -s 100K -r 50 --check
-	@echo "-- split (through the site gateways):"
-	gridsplit lab counters bordeaux-1 sophia-1 bordeaux-gw sophia-gw -- gridsplit lab mpirun --split --impl openmpi --timeout 300 \
-	  --hosts sophia-1,bordeaux-1,bordeaux-2,bordeaux-3,bordeaux-4 -- build/mpi/openmpi/gather -s 100K -r 50 --check
+	$(call step,demo: a first cross-site measurement: MPI gathers from 4 bordeaux nodes to the sophia root, direct vs split)
+	$(PY) -m gridsplit.lab.demo --impl openmpi --size 100K --reps 50
 	@echo; echo "The lab stays up: gridsplit lab status | gridsplit lab exec HOST -- CMD | gridsplit lab down"
 
 test: build
