@@ -44,9 +44,8 @@ STALL_US = 5000             # a single frame this late is reported as a stall
 # TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
 FRAME_OVERHEAD = 14 + 20 + 20 + 12
 
-def ping(state: LabState, src: Host | str, dst: str, count: int, interval: float) -> list[float]:
-    """RTT samples (ms, µs precision) from src (a host, or a namespace name) to dst."""
-    ns = src if isinstance(src, str) else state.ns(src)
+def ping(ns: str, dst: str, count: int, interval: float) -> list[float]:
+    """RTT samples (ms, µs precision) from namespace `ns` to dst."""
     cp = in_ns(ns, [sys.executable, "-m", "gridsplit.lab.pinger", dst, str(count), str(interval)],
                check=False, timeout=count * interval + 15)
     try:
@@ -67,7 +66,7 @@ def check_rtt(state: LabState, count: int = 30) -> list[dict[str, Any]]:
     def one(pair):
         a, b = pair
         src, dst = representative(state, a), representative(state, b)
-        samples = ping(state, src, str(dst.ip), count, 0.02)
+        samples = ping(state.ns(src), str(dst.ip), count, 0.02)
         cfg = topo.rtt_ms(a, b)
         bound = max(RTT_REL * cfg, RTT_ABS_MS)
         row = {"pair": f"{a}-{b}", "src": src.name, "dst": dst.name, "configured_ms": cfg, "bound_ms": round(bound, 3),
@@ -143,13 +142,13 @@ def check_buffer(state: LabState, seconds: float = 3.0) -> list[dict[str, Any]]:
     if need > 0:
         return [{**row, "ok": False, "why": "not enough hosts to overload one switch port"}]
     rt_ns = state.names.router_ns(site.name)
-    idle = ping(state, rt_ns, str(target.ip), 20, 0.01)
+    idle = ping(rt_ns, str(target.ip), 20, 0.01)
     if not idle:
         return [{**row, "ok": False, "why": "router cannot ping the target"}]
     base = statistics.median(idle)
     with iperf.udp_flood(state, [(h, target, mbps) for h, mbps in senders], seconds + 2):
         time.sleep(1.0)  # let the queue fill
-        loaded = ping(state, rt_ns, str(target.ip), int(seconds / 0.01), 0.01)
+        loaded = ping(rt_ns, str(target.ip), int(seconds / 0.01), 0.01)
     if len(loaded) < 10:
         return [{**row, "ok": False, "why": f"only {len(loaded)} ping replies under load"}]
     q = sorted(x - base for x in loaded)

@@ -322,9 +322,8 @@ def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int) -> tuple[i
     src = next(h for h in topo.hosts() if h.site == w.a)
     dst = next(h for h in topo.hosts() if h.site == w.b)
     ping_ns = names.host_ns(src)
-    state_like = type("S", (), {"ns": lambda self, h: names.host_ns(h)})()
-    ping(state_like, ping_ns, str(dst.ip), 2, 0.05)  # resolve ARP on every hop first
-    samples = ping(state_like, ping_ns, str(dst.ip), 30, 0.01)
+    ping(ping_ns, str(dst.ip), 2, 0.05)  # resolve ARP on every hop first
+    samples = ping(ping_ns, str(dst.ip), 30, 0.01)
     if len(samples) < 20:
         raise GridsplitError(f"calibration: {src.name} cannot reach {dst.name} across the WAN ({len(samples)}/30 replies); see {names.state_dir / 'wanem.log'}")
     samples.sort()
@@ -383,20 +382,22 @@ def down(names: LabNames) -> list[str]:
 
 
 def _kill(pids: list[int]) -> None:
+    """SIGTERM, up to 3 s to exit, then SIGKILL for whatever is left."""
+    def alive(p: int) -> bool:
+        return Path(f"/proc/{p}").exists() and not _zombie(p)
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = []
         for pid in pids:
             try:
                 os.kill(pid, sig)
-                alive.append(pid)
             except ProcessLookupError:
                 pass
-        if not alive:
-            return
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in alive):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
-        pids = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        pids = [p for p in pids if alive(p)]
+        if not pids:
+            return
 
 
 def _zombie(pid: int) -> bool:

@@ -41,18 +41,28 @@ impl Strategy for Aggregate {
         }
         let mut used = HEADER_LEN;
         let mut entries = Vec::new();
+        // Distinct flows in this batch, so a flow counts one frame however many
+        // of its chunks the batch holds (few flows per batch: a scan is enough).
+        let mut flows: Vec<FlowId> = Vec::new();
         while let Some(c) = self.q.front() {
             if !fits(c, used) {
                 break;
             }
             let c = self.q.pop_front().expect("front exists");
             used += BATCH_ENTRY_HEADER + c.data.len();
+            if let Some(l) = c.lease {
+                let new_frame = !flows.contains(&c.flow);
+                if new_frame {
+                    flows.push(c.flow);
+                }
+                // Counts the bytes as sent, then returns the budget.
+                l.sent(new_frame);
+            }
             entries.push(BatchEntry {
                 flow: c.flow,
                 fin: c.fin,
                 data: c.data,
             });
-            // c.lease drops here: the bytes now belong to the frame being built.
         }
         Some(Frame::Batch(entries))
     }

@@ -29,6 +29,10 @@ use crate::wire::{FlowId, Frame, DATA_HEADER, HEADER_LEN};
 /// Something that lent buffer space to a chunk and wants it back.
 pub trait Release: Send + Sync {
     fn release(&self, bytes: usize);
+    /// `bytes` of the loan are going out on the WAN (just before `release`);
+    /// `new_frame` is false for a further piece of the owner in the same BATCH.
+    /// Lets a flow count what it sent without the link looking flows up.
+    fn sent(&self, _bytes: usize, _new_frame: bool) {}
 }
 
 /// A loan of `bytes` of buffer budget, returned when dropped: whichever way a chunk
@@ -42,6 +46,13 @@ pub struct Lease {
 impl Lease {
     pub fn new(owner: Arc<dyn Release>, bytes: usize) -> Self {
         Self { owner, bytes }
+    }
+
+    /// Ends the loan because its bytes were put in a frame (not discarded).
+    pub(crate) fn sent(self, new_frame: bool) {
+        if self.bytes > 0 {
+            self.owner.sent(self.bytes, new_frame);
+        }
     }
 
     fn split_off_front(&mut self, n: usize) -> Lease {
@@ -100,7 +111,10 @@ impl Chunk {
     }
 
     /// Turns a chunk that fits into a frame of its own; the lease ends here.
-    fn into_frame(self) -> Frame {
+    fn into_frame(mut self) -> Frame {
+        if let Some(l) = self.lease.take() {
+            l.sent(true);
+        }
         if self.fin && self.data.is_empty() {
             Frame::Fin { flow: self.flow }
         } else {
