@@ -65,13 +65,14 @@ def render_status(st: dict, name: str) -> None:
               f"{c.get('flows_opened', 0)} opened, {c.get('flows_reset', 0)} reset; relayed out "
               f"{c.get('relayed_bytes_out', 0)} B, in {c.get('relayed_bytes_in', 0)} B; auth failures "
               f"{c.get('auth_failures', 0)}, WAN protocol errors {c.get('wan_protocol_errors', 0)}")
-    t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "cwnd", "RTT", "retrans", "RTO timeouts",
-              "sndbuf/rcvbuf", "CC", title="WAN links")
+    t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "chunks aggregated", "cwnd", "RTT",
+              "retrans", "RTO timeouts", "sndbuf/rcvbuf", "CC", title="WAN links")
     for link in st.get("links", []):
         tis = link.get("tcp_info") or [{}]
         ap = (link.get("applied") or [{}])[0]
         t.add_row(link.get("peer", "?"), link.get("role", ""), link.get("strategy", ""), str(link.get("flows", 0)),
                   f"{link.get('queued_bytes', 0)} B", f"{link.get('frames_out', 0)}/{link.get('frames_in', 0)}",
+                  f"{link.get('chunks_aggregated', 0)} in {link.get('batch_frames', 0)} frames",
                   " ".join(str(ti.get("snd_cwnd", "")) for ti in tis),
                   " ".join(f"{ti.get('rtt_us', 0) / 1000:.2f} ms" for ti in tis),
                   " ".join(str(ti.get("total_retrans", ti.get("retransmits", ""))) for ti in tis),
@@ -80,10 +81,11 @@ def render_status(st: dict, name: str) -> None:
     out.print(t)
     flows = st.get("flows", [])
     if flows:
-        t = Table("flow", "peer", "source", "destination", "bytes out", "bytes in", "queued", title="flows")
+        t = Table("flow", "peer", "origin", "source", "destination", "state", "bytes out", "bytes in", "queued",
+                  "frames out", "credit", title=f"flows ({st.get('flows_truncated', 0)} more not listed)")
         for f in flows[:50]:
-            t.add_row(str(f.get("id", "")), str(f.get("peer", "")), str(f.get("src", "")), str(f.get("dst", "")),
-                      str(f.get("bytes_out", "")), str(f.get("bytes_in", "")), str(f.get("queued_bytes", "")))
+            t.add_row(*[str(f.get(k, "")) for k in ("id", "peer", "origin", "src", "dst", "state", "bytes_out",
+                                                      "bytes_in", "queued_bytes", "frames_out", "credit")])
         out.print(t)
 
 

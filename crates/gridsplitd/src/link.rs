@@ -38,7 +38,7 @@ use tracing::{debug, info, warn};
 
 use crate::auth::{self, AuthError};
 use crate::collect;
-use crate::collect::flow::{CreditViolation, Flow, OpenReply};
+use crate::collect::flow::{CreditViolation, Flow, FlowStatus, OpenReply, Origin};
 use crate::metrics::Metrics;
 use crate::schedule::{self, Chunk, Strategy};
 use crate::transfer::tcp::TcpConn;
@@ -110,27 +110,42 @@ impl SendQueue {
     }
 
     /// Fills `out` with what goes next, up to `room` bytes: unsent leftovers,
-    /// control frames, then whatever the strategy picks. Returns (frames, data bytes).
-    fn fill(&mut self, out: &mut OutBuf, room: usize, max_frame: usize) -> (u64, u64) {
-        let (mut frames, mut data) = (0u64, 0u64);
+    /// control frames, then whatever the strategy picks.
+    fn fill(&mut self, out: &mut OutBuf, room: usize, max_frame: usize) -> Filled {
+        let mut n = Filled::default();
         out.push_raw(self.leftover.drain(..));
         while out.len() < room {
             let Some(f) = self.control.pop_front() else {
                 break;
             };
             f.encode(out);
-            frames += 1;
+            n.frames += 1;
         }
         while out.len() < room {
             let Some(f) = self.strategy.next_frame(max_frame) else {
                 break;
             };
-            data += f.data_bytes() as u64;
+            n.data += f.data_bytes() as u64;
+            if let Frame::Batch(entries) = &f {
+                n.batches += 1;
+                n.packed += entries.len() as u64;
+            }
             f.encode(out);
-            frames += 1;
+            n.frames += 1;
         }
-        (frames, data)
+        n
     }
+}
+
+/// What one `fill` put in a write, for the counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Filled {
+    frames: u64,
+    /// Application bytes.
+    data: u64,
+    /// BATCH frames, and the chunks they packed together.
+    batches: u64,
+    packed: u64,
 }
 
 struct FlowTable {
@@ -160,6 +175,10 @@ pub struct Link {
     pub frames_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub bytes_in: AtomicU64,
+    /// BATCH frames sent, and the chunks they carried (the aggregate strategy's
+    /// packing at work).
+    pub batch_frames: AtomicU64,
+    pub chunks_aggregated: AtomicU64,
 }
 
 /// What /status shows for one link.
@@ -178,6 +197,8 @@ pub struct LinkStatus {
     pub frames_in: u64,
     pub wan_bytes_out: u64,
     pub wan_bytes_in: u64,
+    pub batch_frames: u64,
+    pub chunks_aggregated: u64,
     pub applied: Vec<Applied>,
     pub tcp_info: Vec<crate::tune::TcpInfo>,
 }
@@ -216,9 +237,30 @@ impl Link {
             frames_in: self.frames_in.load(Ordering::Relaxed),
             wan_bytes_out: self.bytes_out.load(Ordering::Relaxed),
             wan_bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            batch_frames: self.batch_frames.load(Ordering::Relaxed),
+            chunks_aggregated: self.chunks_aggregated.load(Ordering::Relaxed),
             applied: self.probe.applied(),
             tcp_info: self.probe.tcp_info(),
         }
+    }
+
+    /// Snapshots of the link's flows in id order, at most `limit` of them, and
+    /// how many there are in all. Only the table lock is held while the flows
+    /// are collected; each flow's state is read after it is released.
+    pub fn flow_statuses(&self, limit: usize) -> (Vec<FlowStatus>, usize) {
+        let (mut flows, total) = {
+            let t = self.table.lock().unwrap();
+            let mut ids: Vec<FlowId> = t.flows.keys().copied().collect();
+            ids.sort_unstable();
+            let flows: Vec<Arc<Flow>> = ids
+                .iter()
+                .take(limit)
+                .filter_map(|id| t.flows.get(id).cloned())
+                .collect();
+            (flows, ids.len())
+        };
+        let v = flows.drain(..).map(|f| f.status(&self.peer)).collect();
+        (v, total)
     }
 
     pub fn queue_control(&self, f: Frame) {
@@ -244,7 +286,7 @@ impl Link {
         }
         q.wire_busy = true;
         let mut out = q.spare.take().unwrap_or_default();
-        let (frames, data) = q.fill(&mut out, self.tx.room(), self.max_frame);
+        let filled = q.fill(&mut out, self.tx.room(), self.max_frame);
         drop(q);
         let mut segs = out.take_segments();
         let total: usize = segs.iter().map(|b| b.len()).sum();
@@ -269,16 +311,29 @@ impl Link {
         self.metrics()
             .wan_direct_sends
             .fetch_add(1, Ordering::Relaxed);
-        self.count_out(frames, written as u64, data);
+        self.count_out(filled, written as u64);
     }
 
-    fn count_out(&self, frames: u64, bytes: u64, data: u64) {
+    fn count_out(&self, n: Filled, bytes: u64) {
         let metrics = &self.shared.metrics;
-        self.frames_out.fetch_add(frames, Ordering::Relaxed);
+        self.frames_out.fetch_add(n.frames, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
-        metrics.wan_frames_out.fetch_add(frames, Ordering::Relaxed);
+        metrics
+            .wan_frames_out
+            .fetch_add(n.frames, Ordering::Relaxed);
         metrics.wan_bytes_out.fetch_add(bytes, Ordering::Relaxed);
-        metrics.relayed_bytes_out.fetch_add(data, Ordering::Relaxed);
+        metrics
+            .relayed_bytes_out
+            .fetch_add(n.data, Ordering::Relaxed);
+        if n.batches > 0 {
+            self.batch_frames.fetch_add(n.batches, Ordering::Relaxed);
+            self.chunks_aggregated
+                .fetch_add(n.packed, Ordering::Relaxed);
+            metrics.batch_frames.fetch_add(n.batches, Ordering::Relaxed);
+            metrics
+                .chunks_aggregated
+                .fetch_add(n.packed, Ordering::Relaxed);
+        }
     }
 
     /// Discards what a reset flow still had queued (returning its budget).
@@ -306,6 +361,9 @@ impl Link {
             id,
             self.shared.send_pool.clone(),
             self.shared.cfg.limits.per_flow_buffer,
+            Origin::Local,
+            src,
+            dst,
         );
         let window = flow.set_window(window);
         let reply = flow.expect_reply();
@@ -461,6 +519,9 @@ impl Link {
                         flow,
                         self.shared.send_pool.clone(),
                         self.shared.cfg.limits.per_flow_buffer,
+                        Origin::Remote,
+                        src,
+                        dst,
                     );
                     t.flows.insert(flow, f.clone());
                     f
@@ -500,7 +561,7 @@ async fn writer<T: WanTx>(link: Arc<Link>, tx: Arc<T>) -> Result<(), LinkError> 
                 Some(q.fill(&mut out, tx.room(), link.max_frame))
             }
         };
-        let Some((frames, data)) = taken else {
+        let Some(filled) = taken else {
             // A direct sender holding the wire wakes us when it leaves work behind.
             tokio::select! {
                 _ = link.wake.notified() => continue,
@@ -516,7 +577,7 @@ async fn writer<T: WanTx>(link: Arc<Link>, tx: Arc<T>) -> Result<(), LinkError> 
         link.metrics()
             .wan_queued_sends
             .fetch_add(1, Ordering::Relaxed);
-        link.count_out(frames, n, data);
+        link.count_out(filled, n);
     }
 }
 
@@ -584,6 +645,8 @@ async fn run_link<C: WanConn>(
         frames_in: AtomicU64::new(0),
         bytes_out: AtomicU64::new(0),
         bytes_in: AtomicU64::new(0),
+        batch_frames: AtomicU64::new(0),
+        chunks_aggregated: AtomicU64::new(0),
     });
     let applied = link.probe.applied();
     info!(peer = %link.peer, %remote, ?role, max_frame = link.max_frame, applied = ?applied, "WAN link up");
@@ -849,8 +912,13 @@ mod tests {
         q.control.push_back(Frame::Credit { flow: 1, grant: 7 });
         assert!(q.has_work());
         let mut out = OutBuf::new();
-        let (n, data) = q.fill(&mut out, 1 << 20, 65536);
-        assert_eq!((n, data), (5, 40_100), "the leftover is not a new frame");
+        let n = q.fill(&mut out, 1 << 20, 65536);
+        assert_eq!(
+            (n.frames, n.data),
+            (5, 40_100),
+            "the leftover is not a new frame"
+        );
+        assert_eq!((n.batches, n.packed), (0, 0), "fair never packs");
         let got = frames(&out.concat());
         let summary: Vec<(u8, u32, usize)> = got
             .iter()
@@ -883,11 +951,11 @@ mod tests {
                 .push(Chunk::data(i * 2 + 1, Bytes::from(vec![i as u8; 3000])));
         }
         let mut out = OutBuf::new();
-        let (n, _) = q.fill(&mut out, 10_000, 65536);
+        let n = q.fill(&mut out, 10_000, 65536).frames;
         assert_eq!(n, 4, "stops once the write holds `room` bytes");
         assert!(q.has_work());
         let mut out = OutBuf::new();
-        assert_eq!(q.fill(&mut out, 1 << 20, 65536).0, 6);
+        assert_eq!(q.fill(&mut out, 1 << 20, 65536).frames, 6);
         let flows: Vec<u32> = frames(&out.concat())
             .iter()
             .map(|f| match f {
@@ -900,5 +968,64 @@ mod tests {
             vec![9, 11, 13, 15, 17, 19],
             "FIFO order kept across writes"
         );
+    }
+
+    /// The aggregate strategy's packing shows in the counters: one BATCH frame,
+    /// every chunk in it counted as aggregated, and each flow credited with its
+    /// bytes and with one frame however many of its chunks the batch held.
+    #[test]
+    fn packed_chunks_are_counted_per_link_and_per_flow() {
+        use crate::collect::flow::Origin;
+        use crate::schedule::Lease;
+        let mut q = queue(StrategyKind::Aggregate);
+        let pool = Arc::new(tokio::sync::Semaphore::new(0));
+        let any: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let flows: Vec<Arc<Flow>> = [1, 3]
+            .iter()
+            .map(|&id| Flow::new(id, pool.clone(), 1 << 20, Origin::Local, any, any))
+            .collect();
+        for i in 0..6usize {
+            let f = &flows[i % 2];
+            let len = 100 + i;
+            let mut c = Chunk::data(f.id, Bytes::from(vec![i as u8; len]));
+            c.lease = Some(Lease::new(Arc::new(Sent(f.clone())), len));
+            q.strategy.push(c);
+        }
+        q.strategy
+            .push(Chunk::data(5, Bytes::from(vec![0u8; 40_000])));
+        let mut out = OutBuf::new();
+        let n = q.fill(&mut out, 1 << 20, 65536);
+        assert_eq!(
+            n,
+            Filled {
+                frames: 2,
+                data: 615 + 40_000,
+                batches: 1,
+                packed: 6
+            },
+            "six chunks packed, the large one alone"
+        );
+        assert!(matches!(
+            &frames(&out.concat())[..],
+            [Frame::Batch(e), Frame::Data { flow: 5, .. }] if e.len() == 6
+        ));
+        let got = |f: &Flow| {
+            (
+                f.bytes_out.load(Ordering::Relaxed),
+                f.frames_out.load(Ordering::Relaxed),
+            )
+        };
+        assert_eq!(got(&flows[0]), (100 + 102 + 104, 1));
+        assert_eq!(got(&flows[1]), (101 + 103 + 105, 1));
+    }
+
+    /// Passes `sent` on to a flow but not `release`: the test lent no budget.
+    struct Sent(Arc<Flow>);
+
+    impl crate::schedule::Release for Sent {
+        fn release(&self, _: usize) {}
+        fn sent(&self, bytes: usize, new_frame: bool) {
+            crate::schedule::Release::sent(&*self.0, bytes, new_frame);
+        }
     }
 }

@@ -20,6 +20,10 @@ use tracing::debug;
 use crate::lanproto::Status;
 use crate::Shared;
 
+/// Most flows /status lists (over all links), so its JSON stays bounded with
+/// thousands of flows; `flows_truncated` says how many were left out.
+pub const FLOWS_LISTED_MAX: usize = 256;
+
 macro_rules! counters {
     ($($name:ident: $kind:literal, $help:literal;)*) => {
         /// Gateway-wide counters. Relaxed atomics: they are statistics, read by
@@ -64,6 +68,8 @@ counters! {
     wan_frames_in: "counter", "frames received on WAN links";
     wan_bytes_out: "counter", "bytes (framing included) sent on WAN links";
     wan_bytes_in: "counter", "bytes (framing included) received on WAN links";
+    batch_frames: "counter", "BATCH frames sent on WAN links (several chunks packed in one frame)";
+    chunks_aggregated: "counter", "chunks sent packed together in BATCH frames";
     wan_direct_sends: "counter", "writes to a WAN link made by whoever queued a frame on an idle link (no writer-task wake-up)";
     wan_direct_partial: "counter", "direct WAN writes the socket took only in part (the rest went through the writer task)";
     wan_queued_sends: "counter", "writes to a WAN link made by its writer task (frames that waited: link busy or socket full)";
@@ -98,7 +104,15 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
         }
         serde_json::Value::Object(o)
     };
-    let links: Vec<_> = shared.links().iter().map(|l| l.status()).collect();
+    let all = shared.links();
+    let links: Vec<_> = all.iter().map(|l| l.status()).collect();
+    let mut flows = Vec::new();
+    let mut truncated = 0;
+    for l in &all {
+        let (v, total) = l.flow_statuses(FLOWS_LISTED_MAX - flows.len());
+        truncated += total - v.len();
+        flows.extend(v);
+    }
     let up: Vec<&str> = links.iter().map(|l| l.peer.as_str()).collect();
     let down: Vec<&str> = shared
         .cfg
@@ -122,6 +136,9 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
         "remote_opens": by_status(&m.remote_opens),
         "links": links,
         "peers_down": down,
+        "flows": flows,
+        "flows_listed_max": FLOWS_LISTED_MAX,
+        "flows_truncated": truncated,
     })
 }
 

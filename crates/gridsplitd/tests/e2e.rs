@@ -565,3 +565,180 @@ async fn an_authenticated_peer_breaking_the_protocol_loses_its_link() {
     .await
     .expect("timed out");
 }
+
+/// GET /status from a gateway's admin endpoint, parsed.
+async fn status_of(g: &gridsplitd::Gateway) -> serde_json::Value {
+    let resp = http_get(g.admin_addr, "/status").await;
+    let body = resp.split_once("\r\n\r\n").expect("HTTP head").1;
+    serde_json::from_str(body).expect("status JSON")
+}
+
+/// The /status entry of the flow from `src` to `dst`, if listed.
+fn flow_entry(st: &serde_json::Value, src: &str, dst: &str) -> Option<serde_json::Value> {
+    st["flows"]
+        .as_array()?
+        .iter()
+        .find(|f| f["src"] == src && f["dst"] == dst)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_each_flow_with_its_bytes_and_endpoints() {
+    within(30, async {
+        let k = 25;
+        let (a, b) = pair(k, &Opts::default()).await;
+        let dst = addr(k, 2, 20, 5000);
+        let l = TcpListener::bind(dst).await.unwrap();
+        // (bytes alpha→beta, bytes beta→alpha) per flow.
+        let sizes = [(100_000usize, 50_000usize), (3_000, 7_000)];
+        let mut clients = Vec::new();
+        let mut servers = Vec::new();
+        for (i, &(up, down)) in sizes.iter().enumerate() {
+            let (mut c, st) =
+                gs_connect(ip(k, 1, 10 + i as u8), addr(k, 1, 254, LAN_PORT), dst).await;
+            assert_eq!(st, Status::Ok);
+            let (mut s, _, origin) = accept_relayed(&l).await;
+            assert_eq!(origin, c.local_addr().unwrap());
+            c.write_all(&pattern(i as u64, up)).await.unwrap();
+            let mut got = vec![0u8; up];
+            s.read_exact(&mut got).await.unwrap();
+            s.write_all(&pattern(i as u64 + 10, down)).await.unwrap();
+            let mut got = vec![0u8; down];
+            c.read_exact(&mut got).await.unwrap();
+            clients.push(c);
+            servers.push(s);
+        }
+        // Both flows still open; the counters settle right after the writes.
+        let src: Vec<String> = clients
+            .iter()
+            .map(|c| c.local_addr().unwrap().to_string())
+            .collect();
+        let dst_s = dst.to_string();
+        let expect = |g: &str, i: usize| {
+            let (up, down) = sizes[i];
+            if g == "a" {
+                ("local", up as u64, down as u64)
+            } else {
+                ("remote", down as u64, up as u64)
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (name, g) in [("a", &a), ("b", &b)] {
+            for (i, src_i) in src.iter().enumerate() {
+                let (origin, out, inn) = expect(name, i);
+                let f = loop {
+                    let st = status_of(g).await;
+                    assert_eq!(st["flows_listed_max"], 256);
+                    assert_eq!(st["flows_truncated"], 0);
+                    let f = flow_entry(&st, src_i, &dst_s);
+                    if let Some(f) = &f {
+                        if f["bytes_out"] == out && f["bytes_in"] == inn && f["queued_bytes"] == 0 {
+                            break f.clone();
+                        }
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "gateway {name}, flow {i}: {f:?} (want out {out}, in {inn})"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                assert_eq!(f["origin"], origin);
+                assert_eq!(f["state"], "open");
+                assert_eq!(f["peer"], if name == "a" { "beta" } else { "alpha" });
+                assert!(f["frames_out"].as_u64().unwrap() > 0, "{f}");
+                assert!(f["credit"].as_u64().is_some(), "{f}");
+                assert!(f["age_s"].as_f64().unwrap() >= 0.0, "{f}");
+            }
+        }
+        // A half-close shows in the state, on both sides.
+        clients[1].shutdown().await.unwrap();
+        let mut eof = [0u8; 1];
+        assert_eq!(servers[1].read(&mut eof).await.unwrap(), 0);
+        let f = flow_entry(&status_of(&a).await, &src[1], &dst_s).unwrap();
+        assert_eq!(f["state"], "half-closed-out");
+        let f = flow_entry(&status_of(&b).await, &src[1], &dst_s).unwrap();
+        assert_eq!(f["state"], "half-closed-in");
+        drop(clients);
+        drop(servers);
+        a.stop().await;
+        b.stop().await;
+    })
+    .await
+    .expect("timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregate_strategy_counts_the_chunks_it_packs() {
+    within(30, async {
+        let k = 26;
+        let (a, b) = pair(
+            k,
+            &Opts {
+                strategy: "aggregate",
+                ..Opts::default()
+            },
+        )
+        .await;
+        let dst = addr(k, 2, 20, 5000);
+        let l = TcpListener::bind(dst).await.unwrap();
+        // Receivers that just drain.
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _, _) = accept_relayed(&l).await;
+                tokio::spawn(async move { read_all(&mut s).await });
+            }
+        });
+        let packed =
+            |g: &gridsplitd::Gateway| g.shared.metrics.chunks_aggregated.load(Ordering::Relaxed);
+        // Many small writes from several flows at once: while one write holds the
+        // link, the others' chunks pile up and leave packed in BATCH frames.
+        // Packing depends on timing, so rounds go on until it has happened.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while packed(&a) == 0 {
+            assert!(Instant::now() < deadline, "no chunk was ever aggregated");
+            let mut writers = Vec::new();
+            for i in 0..8u8 {
+                writers.push(tokio::spawn(async move {
+                    let (mut c, st) =
+                        gs_connect(ip(k, 1, 10 + i), addr(k, 1, 254, LAN_PORT), dst).await;
+                    assert_eq!(st, Status::Ok);
+                    for j in 0..200u32 {
+                        c.write_all(&j.to_be_bytes().repeat(25)).await.unwrap();
+                    }
+                    c.shutdown().await.unwrap();
+                    let _ = read_all(&mut c).await;
+                }));
+            }
+            for w in writers {
+                w.await.unwrap();
+            }
+        }
+        let m = &a.shared.metrics;
+        let batches = m.batch_frames.load(Ordering::Relaxed);
+        assert!(
+            batches > 0 && packed(&a) >= 2 * batches,
+            "each BATCH packs 2+ chunks"
+        );
+        let st = status_of(&a).await;
+        let link = &st["links"][0];
+        assert!(link["chunks_aggregated"].as_u64().unwrap() >= 2, "{link}");
+        assert!(link["batch_frames"].as_u64().unwrap() >= 1, "{link}");
+        let text = http_get(a.admin_addr, "/metrics").await;
+        for name in [
+            "gridsplit_chunks_aggregated_total",
+            "gridsplit_batch_frames_total",
+        ] {
+            let v: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .parse()
+                .unwrap();
+            assert!(v > 0, "{name} = {v}");
+        }
+        a.stop().await;
+        b.stop().await;
+    })
+    .await
+    .expect("timed out");
+}

@@ -30,8 +30,10 @@
 //! FIN when dropped — a reset must reach the node as a reset.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::net::TcpStream;
@@ -68,6 +70,8 @@ struct TxState {
     credit: u64,
     /// Bytes read from the LAN and not yet taken by the scheduler.
     queued: usize,
+    /// Our node half-closed and its FIN was queued (for /status's `state`).
+    fin_sent: bool,
 }
 
 struct RxState {
@@ -131,8 +135,53 @@ pub struct Flow {
     rx_reservation: Mutex<Option<OwnedSemaphorePermit>>,
     open_reply: Mutex<Option<oneshot::Sender<(u8, u32)>>>,
     per_flow_buffer: usize,
+    /// Who opened the flow, its original source and real destination, and
+    /// when: identification for /status.
+    pub origin: Origin,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    created: Instant,
+    /// Application bytes read from the LAN socket.
     pub bytes_up: AtomicU64,
+    /// Application bytes written to the LAN socket.
     pub bytes_down: AtomicU64,
+    /// Application bytes put into WAN frames (counted by the scheduler's lease,
+    /// where the bytes are already handled: no flow lookup on the link).
+    pub bytes_out: AtomicU64,
+    /// WAN frames (DATA, or BATCH holding some of its data) that carried its data.
+    pub frames_out: AtomicU64,
+}
+
+/// Which gateway opened a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// One of our nodes asked for it (we sent the OPEN).
+    Local,
+    /// The peer gateway opened it (we connected to the destination).
+    Remote,
+}
+
+/// What /status shows for one flow.
+#[derive(Debug, serde::Serialize)]
+pub struct FlowStatus {
+    pub id: FlowId,
+    pub peer: String,
+    pub origin: Origin,
+    pub src: String,
+    pub dst: String,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    /// `queued_out` + `queued_in`.
+    pub queued_bytes: u64,
+    /// Read from the LAN, waiting in the scheduler.
+    pub queued_out: u64,
+    /// Received from the WAN, waiting for the LAN socket.
+    pub queued_in: u64,
+    pub frames_out: u64,
+    pub credit: u64,
+    pub state: &'static str,
+    pub age_s: f64,
 }
 
 impl Release for Flow {
@@ -141,15 +190,30 @@ impl Release for Flow {
         self.send_pool.add_permits(bytes);
         self.tx_wake.notify_one();
     }
+
+    fn sent(&self, bytes: usize, new_frame: bool) {
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+        if new_frame {
+            self.frames_out.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Flow {
-    pub fn new(id: FlowId, send_pool: Arc<Semaphore>, per_flow_buffer: usize) -> Arc<Self> {
+    pub fn new(
+        id: FlowId,
+        send_pool: Arc<Semaphore>,
+        per_flow_buffer: usize,
+        origin: Origin,
+        src: SocketAddr,
+        dst: SocketAddr,
+    ) -> Arc<Self> {
         Arc::new(Flow {
             id,
             tx: Mutex::new(TxState {
                 credit: 0,
                 queued: 0,
+                fin_sent: false,
             }),
             tx_wake: Notify::new(),
             rx: Mutex::new(RxState {
@@ -168,9 +232,57 @@ impl Flow {
             rx_reservation: Mutex::new(None),
             open_reply: Mutex::new(None),
             per_flow_buffer,
+            origin,
+            src,
+            dst,
+            created: Instant::now(),
             bytes_up: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            frames_out: AtomicU64::new(0),
         })
+    }
+
+    /// A snapshot for /status (takes the flow's two locks briefly, one at a time).
+    pub fn status(&self, peer: &str) -> FlowStatus {
+        let (credit, queued_out, fin_out) = {
+            let t = self.tx.lock().unwrap();
+            (t.credit, t.queued as u64, t.fin_sent)
+        };
+        let (queued_in, fin_in) = {
+            let rx = self.rx.lock().unwrap();
+            let q: usize = rx.queue.iter().map(|b| b.len()).sum();
+            (q as u64, rx.fin)
+        };
+        let state = if self.is_aborted() {
+            "reset"
+        } else if self.open_reply.lock().unwrap().is_some() {
+            // Our OPEN is out, the far side's connect() has no outcome yet.
+            "opening"
+        } else {
+            match (fin_out, fin_in) {
+                (false, false) => "open",
+                (true, false) => "half-closed-out",
+                (false, true) => "half-closed-in",
+                (true, true) => "closing",
+            }
+        };
+        FlowStatus {
+            id: self.id,
+            peer: peer.to_string(),
+            origin: self.origin,
+            src: self.src.to_string(),
+            dst: self.dst.to_string(),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            bytes_in: self.bytes_down.load(Ordering::Relaxed),
+            queued_bytes: queued_out + queued_in,
+            queued_out,
+            queued_in,
+            frames_out: self.frames_out.load(Ordering::Relaxed),
+            credit,
+            state,
+            age_s: self.created.elapsed().as_secs_f64(),
+        }
     }
 
     /// Installs the flow's receive window (reserved with `reserve_window`);
@@ -423,6 +535,7 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
             Ok(0) => {
                 tracing::debug!(flow = flow.id, "LAN EOF, sending FIN");
                 flow.send_pool.add_permits(n);
+                flow.tx.lock().unwrap().fin_sent = true;
                 link.push_chunk(Chunk::fin(flow.id));
                 return End::Finished;
             }
