@@ -185,6 +185,48 @@ impl Serializer {
     }
 }
 
+/// Keeps the spacing of frames that a stall held up.
+///
+/// When this VM stalls the thread for milliseconds, the frames that were due
+/// meanwhile would otherwise leave back to back at the link's rate, and a
+/// slower port downstream (a 100 Mb/s switch port behind a 1 Gb/s WAN) would
+/// drop the burst: a loss no real network would have caused. Instead the
+/// release clock is shifted by the stall, so those frames leave with the
+/// spacing they arrived with, and the shift is then paid back by releasing 20 %
+/// faster than that spacing. A stall thus looks like a brief queue (added
+/// delay), as on a real path, not a burst. Lateness is still counted against
+/// the original due times, so the stall stays visible in the statistics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StallSpread {
+    shift_ns: u64,
+    last_ns: u64,
+}
+
+impl StallSpread {
+    /// Later than this is a stall, not the ordinary wake-up jitter of this VM.
+    const STALL_NS: u64 = 500_000;
+    const CATCH_UP_PERCENT: u64 = 20;
+
+    /// The current shift, after paying back what time has allowed and taking
+    /// a new stall (the head frame `lag` late) into account.
+    pub fn update(&mut self, now: u64, head_due: Option<u64>) -> u64 {
+        let elapsed = now.saturating_sub(self.last_ns);
+        self.last_ns = now;
+        self.shift_ns = self.shift_ns.saturating_sub(elapsed * Self::CATCH_UP_PERCENT / 100);
+        if let Some(due) = head_due {
+            let lag = now.saturating_sub(due);
+            if lag > self.shift_ns + Self::STALL_NS {
+                self.shift_ns = lag;
+            }
+        }
+        self.shift_ns
+    }
+
+    pub fn shift(&self) -> u64 {
+        self.shift_ns
+    }
+}
+
 /// The knobs of one direction that are plain numbers.
 #[derive(Debug, Clone, Copy)]
 pub struct LineOptions {
@@ -202,6 +244,7 @@ pub struct DelayLine {
     tx: Arc<PacketSocket>,
     delay_ns: u64,
     wire: Serializer,
+    spread: StallSpread,
     rt_priority: u8,
     loss: LossModel,
     queue: DelayQueue,
@@ -225,6 +268,7 @@ impl DelayLine {
             tx,
             delay_ns: options.delay_ns,
             wire: Serializer::new(options.rate_bps),
+            spread: StallSpread::default(),
             rt_priority: options.rt_priority,
             loss,
             queue: DelayQueue::new(options.max_queue_bytes),
@@ -268,9 +312,11 @@ impl DelayLine {
             }
             // Otherwise sleep until a frame arrives or, a little before, the head
             // frame is due.
+            let shift = self.spread.shift();
             let head_wake = self
                 .queue
                 .next_due()
+                .map(|due| due + shift)
                 .map(|due| (due, self.early.sleep_until(due, now)));
             if let Some((due, wake)) = head_wake {
                 if wake <= now {
@@ -357,7 +403,9 @@ impl DelayLine {
     /// side pushed back.
     fn release_due(&mut self, batch: &mut SendBatch) -> Option<u64> {
         loop {
-            let n = self.queue.due_count(os::monotonic_ns(), batch.capacity());
+            let now = os::monotonic_ns();
+            let shift = self.spread.update(now, self.queue.next_due());
+            let n = self.queue.due_count(now.saturating_sub(shift), batch.capacity());
             if n == 0 {
                 return None;
             }
@@ -486,6 +534,20 @@ mod tests {
         assert_eq!(s.mean_us, 250.0);
         assert_eq!(q.len(), 0);
         assert_eq!(q.bytes(), 0);
+    }
+
+    #[test]
+    fn a_stall_shifts_the_release_clock_and_is_paid_back() {
+        let mut s = StallSpread::default();
+        // Ordinary jitter (100 µs late) is not a stall.
+        assert_eq!(s.update(1_000_100, Some(1_000_000)), 0);
+        // The head frame is 3 ms late: the clock shifts by 3 ms, so only it is due
+        // now and the frames behind it keep their spacing.
+        assert_eq!(s.update(4_000_000, Some(1_000_000)), 3_000_000);
+        // 1 ms later 20 % of that time (200 µs) has been paid back.
+        assert_eq!(s.update(5_000_000, Some(2_000_000)), 2_800_000);
+        // Long after, the shift is gone.
+        assert_eq!(s.update(100_000_000, None), 0);
     }
 
     #[test]
