@@ -173,10 +173,5 @@ static int run_size(const bench_opts *o, size_t size)
 
 int main(int argc, char **argv)
 {
-    bench_opts o;
-    bench_start(&argc, &argv, &prog, &o);
-    int bad = 0;
-    for (int i = 0; i < o.nsizes; i++)
-        bad += run_size(&o, o.sizes[i]);
-    return bench_finish(bad);
+    return bench_main(argc, argv, &prog, run_size);
 }

@@ -235,6 +235,16 @@ int bench_finish(int local_failures)
     return any ? BENCH_EXIT_VERIFY : BENCH_EXIT_OK;
 }
 
+int bench_main(int argc, char **argv, const bench_prog *prog, bench_run_size run_size)
+{
+    bench_opts o;
+    bench_start(&argc, &argv, prog, &o);
+    int bad = 0;
+    for (int i = 0; i < o.nsizes; i++)
+        bad += run_size(&o, o.sizes[i]);
+    return bench_finish(bad);
+}
+
 void *bench_alloc(size_t nmemb, size_t size)
 {
     if (size != 0 && nmemb > SIZE_MAX / size) {

@@ -44,6 +44,11 @@ void bench_start(int *argc, char ***argv, const bench_prog *prog, bench_opts *o)
 /* Agrees on the verdict across ranks, finalizes and returns the exit code. */
 int bench_finish(int local_failures);
 
+/* The whole main() of a benchmark program: start, run_size() for every
+ * requested size, finish. Returns the process exit code. */
+typedef int (*bench_run_size)(const bench_opts *o, size_t size);
+int bench_main(int argc, char **argv, const bench_prog *prog, bench_run_size run_size);
+
 int bench_rank(void);
 int bench_size(void);
 
