@@ -469,18 +469,28 @@ int gs_wait_outcome(int fd, struct gs_slot *s)
     return e;
 }
 
-/* Gate in front of read-type calls on a pending or failed fd. Returns 0 when the
- * real call may proceed, else -1 with errno set. */
-static int read_gate(int fd, struct gs_slot *s, int dontwait)
+/* Gate in front of I/O calls on a pending or failed fd. Returns 0 when the real
+ * call may proceed, else -1 with errno set.
+ *
+ * Reads on a non-blocking fd answer EAGAIN until the reply is in: the reply's
+ * arrival makes the fd readable again, so a poll()-driven caller is woken up and
+ * retries. Writes may only answer EAGAIN while the LAN connect itself is still
+ * in progress (POLLOUT not yet set, as for any connecting socket); once it is
+ * done POLLOUT is signalled, so EAGAIN would make a poll()-driven caller spin
+ * until the reply comes, and the call waits (bounded) for the reply instead. */
+static int io_gate(int fd, struct gs_slot *s, int dontwait, int writing)
 {
     if (!gs_slot_valid(fd, s))
         return 0;
     int r = drive(fd, s, 0, 0);
     if (r == ADV_AGAIN) {
-        if (dontwait || fd_nonblocking(fd)) {
-            /* The reply has not fully arrived: nothing for the application yet. Its
-             * arrival makes the fd readable again, so a poll()-driven caller is
-             * woken up and retries. */
+        int may_eagain = dontwait || fd_nonblocking(fd);
+        if (may_eagain && writing) {
+            pthread_mutex_lock(&s->mu);
+            may_eagain = s->phase == GS_P_LAN;
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (may_eagain) {
             errno = EAGAIN;
             return -1;
         }
@@ -498,34 +508,14 @@ static int read_gate(int fd, struct gs_slot *s, int dontwait)
     return 0;
 }
 
-/* Gate in front of write-type calls. Once the LAN connect is done, POLLOUT is
- * already signalled, so answering EAGAIN would make a poll()-driven caller spin
- * until the reply comes; instead the call waits (bounded) for the reply. */
+static int read_gate(int fd, struct gs_slot *s, int dontwait)
+{
+    return io_gate(fd, s, dontwait, 0);
+}
+
 static int write_gate(int fd, struct gs_slot *s, int dontwait)
 {
-    if (!gs_slot_valid(fd, s))
-        return 0;
-    int r = drive(fd, s, 0, 0);
-    if (r == ADV_AGAIN) {
-        pthread_mutex_lock(&s->mu);
-        int lan = s->phase == GS_P_LAN;
-        pthread_mutex_unlock(&s->mu);
-        if (lan && (dontwait || fd_nonblocking(fd))) {
-            errno = EAGAIN; /* as for a socket still connecting: POLLOUT is not set */
-            return -1;
-        }
-        int e = settle(fd, s);
-        if (e) {
-            errno = e;
-            return -1;
-        }
-        return 0;
-    }
-    if (r == ADV_FAILED) {
-        errno = slot_err(s);
-        return -1;
-    }
-    return 0;
+    return io_gate(fd, s, dontwait, 1);
 }
 
 static inline struct gs_slot *peek_io(int fd)
