@@ -46,7 +46,10 @@ def main() -> None:
     lab       an emulated multi-site grid on this machine (namespaces, real TCP, real MPI)
     gateway   site gateways (gridsplitd): configs and status
     run       run an MPI job with its cross-site connections split at the gateways
-    bench     benchmarks (relay: gridsplitd vs HAProxy vs direct on loopback)
+    bench     benchmarks: gather (direct vs split, the paper's evaluation), relay
+    report    an HTML report with plots from bench result files
+    netcheck  site-to-site TCP diagnosis: RTT/throughput matrices, the wizard gap, tuning advice
+    model     pLogP collective-performance prediction and grid advice
     """
 
 
@@ -57,9 +60,14 @@ def emit_json(obj) -> None:
 from .gwcli import gateway, run  # noqa: E402  (sub-command groups register here)
 from .lab.cli import lab  # noqa: E402
 
+from .model.cli import model  # noqa: E402
+from .netcheck.cli import netcheck  # noqa: E402
+
 main.add_command(lab)
 main.add_command(gateway)
 main.add_command(run)
+main.add_command(netcheck)
+main.add_command(model)
 
 
 @main.group()

@@ -1,0 +1,1 @@
+"""gridsplit.model (package root)."""

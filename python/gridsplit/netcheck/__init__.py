@@ -1,0 +1,1 @@
+"""gridsplit.netcheck (package root)."""
