@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include "common.h"
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include <ctype.h>
@@ -235,13 +236,38 @@ int bench_finish(int local_failures)
     return any ? BENCH_EXIT_VERIFY : BENCH_EXIT_OK;
 }
 
+/* ------------------------------------------------------------- CPU use */
+
+/* Process CPU time (all threads, so MPI progress threads count) and wall time
+ * at the last bench_cpu_mark(); bench_report() reports the difference per
+ * rank, which is how `gridsplit bench` measures node CPU (seed 000 Figs 11-13)
+ * without sampling from outside a process that may be gone by then. */
+static double g_mark_wall, g_mark_user, g_mark_sys;
+
+static double tv_s(struct timeval tv) { return (double)tv.tv_sec + tv.tv_usec / 1e6; }
+
+static void cpu_now(double *wall, double *user, double *sys)
+{
+    struct rusage ru;
+    struct timespec ts;
+    getrusage(RUSAGE_SELF, &ru);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *wall = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    *user = tv_s(ru.ru_utime);
+    *sys = tv_s(ru.ru_stime);
+}
+
+void bench_cpu_mark(void) { cpu_now(&g_mark_wall, &g_mark_user, &g_mark_sys); }
+
 int bench_main(int argc, char **argv, const bench_prog *prog, bench_run_size run_size)
 {
     bench_opts o;
     bench_start(&argc, &argv, prog, &o);
     int bad = 0;
-    for (int i = 0; i < o.nsizes; i++)
+    for (int i = 0; i < o.nsizes; i++) {
+        bench_cpu_mark();
         bad += run_size(&o, o.sizes[i]);
+    }
     return bench_finish(bad);
 }
 
@@ -398,9 +424,37 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+#define HOST_LEN 64
+
+/* Collective: every rank's CPU use since its mark goes to rank 0. */
+static void cpu_gather(double **cpu, char **hosts)
+{
+    double now[3], mine[3];
+    cpu_now(&now[0], &now[1], &now[2]);
+    mine[0] = now[0] - g_mark_wall;
+    mine[1] = now[1] - g_mark_user;
+    mine[2] = now[2] - g_mark_sys;
+    char host[HOST_LEN] = {0};
+    int len = 0;
+    char full[MPI_MAX_PROCESSOR_NAME];
+    MPI_Get_processor_name(full, &len);
+    /* Lab host names are short; a longer name is cut, which only labels it. */
+    memcpy(host, full, (size_t)(len < HOST_LEN - 1 ? len : HOST_LEN - 1));
+    if (g_rank == 0) {
+        *cpu = bench_alloc((size_t)g_size * 3, sizeof **cpu);
+        *hosts = bench_alloc((size_t)g_size, HOST_LEN);
+    }
+    MPI_Gather(mine, 3, MPI_DOUBLE, g_rank == 0 ? *cpu : NULL, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gather(host, HOST_LEN, MPI_CHAR, g_rank == 0 ? *hosts : NULL, HOST_LEN, MPI_CHAR, 0,
+               MPI_COMM_WORLD);
+}
+
 void bench_report(const bench_opts *o, const bench_result *res)
 {
     static int header_done;
+    double *cpu = NULL;
+    char *hosts = NULL;
+    cpu_gather(&cpu, &hosts);
     if (g_rank != 0)
         return;
     bench_stats st;
@@ -451,8 +505,17 @@ void bench_report(const bench_opts *o, const bench_result *res)
             else
                 printf(",\"bandwidth_MBps\":null");
         }
-        printf(",\"verified\":%s}\n",
+        printf(",\"verified\":%s,\"cpu\":[",
                res->verified < 0 ? "null" : res->verified ? "true" : "false");
+        for (int r = 0; r < g_size; r++) {
+            printf("%s{\"rank\":%d,\"host\":", r ? "," : "", r);
+            json_string(stdout, hosts + (size_t)r * HOST_LEN);
+            printf(",\"wall_s\":%.6f,\"user_s\":%.6f,\"sys_s\":%.6f}", cpu[3 * r],
+                   cpu[3 * r + 1], cpu[3 * r + 2]);
+        }
+        printf("]}\n");
     }
     fflush(stdout);
+    free(cpu);
+    free(hosts);
 }

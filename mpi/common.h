@@ -91,4 +91,8 @@ typedef struct {
 /* Rank 0 only: one JSON line, or one OSU-style row (header on first call). */
 void bench_report(const bench_opts *o, const bench_result *res);
 
+/* Starts the CPU window that bench_report() reports per rank (bench_main
+ * calls it before each size; programs with their own loop call it too). */
+void bench_cpu_mark(void);
+
 #endif
