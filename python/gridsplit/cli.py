@@ -76,5 +76,10 @@ def bench() -> None:
 
 
 from .bench.relay import relay  # noqa: E402
+from .bench.report import report  # noqa: E402
+from .bench.sweep import iter_ops  # noqa: E402
 
+for _cmd in iter_ops():
+    bench.add_command(_cmd)
 bench.add_command(relay)
+main.add_command(report)

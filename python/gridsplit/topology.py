@@ -175,6 +175,14 @@ class Topology:
         hint = f" (did you mean {close[0]}?)" if close else f"; hosts: {', '.join(names[:8])}{' …' if len(names) > 8 else ''}"
         raise GridsplitError(f"no host named {name!r} in the lab{hint}")
 
+    def site_of_ip(self, ip: str | ipaddress.IPv4Address) -> str | None:
+        """The site whose subnet holds `ip` (nodes and gateways), or None."""
+        addr = ipaddress.ip_address(ip)
+        for s in self.sites:
+            if addr in s.subnet:
+                return s.name
+        return None
+
     def wan(self, a: str, b: str) -> WanLink:
         for w in self.wans:
             if {w.a, w.b} == {a, b}:

@@ -94,8 +94,19 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
     return [rsh, "--exec", hosts[0].name, *argv], full_env
 
 
+TIMED_OUT = -9  # returncode of a job stopped at its timeout when keep_partial is set
+
+
 def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
-           env: dict[str, str] | None = None, capture: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess:
+           env: dict[str, str] | None = None, capture: bool = False, timeout: float | None = None,
+           keep_partial: bool = False) -> subprocess.CompletedProcess:
+    """Run one MPI job in the lab.
+
+    With keep_partial, a job stopped at its timeout returns what it printed
+    (returncode TIMED_OUT) instead of raising: a benchmark whose results are
+    complete but whose MPICH hung in MPI_Finalize (see mpi/common.c) still
+    measured something valid.
+    """
     if not prog:
         raise GridsplitError("no program given; usage: gridsplit lab mpirun -n N -- PROG ARGS")
     if not hosts:
@@ -110,6 +121,9 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _stop_group(proc)
+        if keep_partial:
+            stdout, stderr = proc.communicate()
+            return subprocess.CompletedProcess(argv, TIMED_OUT, stdout, stderr)
         raise GridsplitError(f"MPI job did not finish within {timeout:.0f} s and was stopped: {shlex.join(prog)}") from None
     except KeyboardInterrupt:
         _stop_group(proc)

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -93,11 +93,38 @@ def load_state(names: LabNames) -> LabState:
     data = json.loads(names.state_file.read_text())
     topo = load_topology(str(names.state_dir / "topology.toml"), data.get("nodes"), data.get("scale"))
     topo = _renamed(topo, data["topology_name"])
+    if data.get("gateway_overrides"):
+        topo = replace(topo, gateways=replace(topo.gateways, **data["gateway_overrides"]))
+    return LabState(names, topo, data)
+
+
+def restart_gateways(state: LabState, **overrides: str) -> LabState:
+    """Restart the lab's gridsplitd processes with other gateway settings.
+
+    `overrides` are GatewaySettings fields (strategy, congestion). Benchmarks
+    use this to compare strategies and WAN tuning on one unchanged lab, so the
+    network under test stays the same between variants.
+    """
+    sites = state.data.get("gateways") or []
+    if not sites:
+        raise GridsplitError("this lab has no gateways to restart (topology without gateway = true, or `lab up --no-gateways`)")
+    bad = {k for k in overrides if k not in ("strategy", "congestion")}
+    if bad:
+        raise GridsplitError(f"cannot override gateway setting(s) {', '.join(sorted(bad))}; only strategy and congestion")
+    names = state.names
+    with _lock(names):
+        pids = state.data.get("pids", {})
+        _kill([p for k, p in pids.items() if k.startswith("gw-")])
+        merged = {**state.data.get("gateway_overrides", {}), **overrides}
+        topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
+        new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites)
+        data = {**state.data, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
+                "gateway_overrides": merged}
+        names.state_file.write_text(json.dumps(data, indent=1))
     return LabState(names, topo, data)
 
 
 def _renamed(topo: Topology, name: str) -> Topology:
-    from dataclasses import replace
     return replace(topo, name=name)
 
 

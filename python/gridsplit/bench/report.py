@@ -1,0 +1,407 @@
+"""`gridsplit report RESULTS...`: a self-contained HTML report, with PNGs, from bench result files.
+
+It draws what seed 000 §10.4 shows (time vs size per node count, Figures 9-10;
+retransmissions and timeouts, Tables 1-2; CPU, Figures 11-13) from the JSONL
+rows that `gridsplit bench` writes, adds what MPI5000 lacked (min-max bands
+over repetitions, the physical bound and efficiency, a split/direct heatmap,
+strategy comparison), and checks the issue's targets against the data. Images
+are written beside the HTML and embedded in it, so the page can be mailed alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import GridsplitError
+from .sweep import read_rows, summarize
+from .units import fmt_size
+
+# Seed 000 Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
+SEED_FAST_RETRANS = {
+    (4, 100000): (0, 14, 0), (4, 500000): (3, 79, 0), (4, 1000000): (17, 174, 1), (4, 2000000): (38, 395, 2),
+    (10, 100000): (0, 64, 0), (10, 500000): (37, 377, 0), (10, 1000000): (75, 526, 2), (10, 2000000): (96, 888, 2),
+    (20, 100000): (31, 141, 0), (20, 500000): (122, 428, 2), (20, 1000000): (121, 701, 2), (20, 2000000): (186, 1569, 5),
+}
+SEED_TIMEOUTS = {
+    (4, 100000): (0, 0, 0), (4, 500000): (0, 1, 1), (4, 1000000): (1, 2, 1), (4, 2000000): (1, 1, 3),
+    (10, 100000): (0, 0, 0), (10, 500000): (0, 2, 0), (10, 1000000): (0, 0, 0), (10, 2000000): (0, 0, 2),
+    (20, 100000): (1, 0, 0), (20, 500000): (1, 2, 0), (20, 1000000): (1, 1, 3), (20, 2000000): (0, 1, 8),
+}
+
+
+def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
+    metas, points = [], []
+    for p in paths:
+        if not p.exists():
+            raise GridsplitError(f"{p}: no such result file (write one with `gridsplit bench gather --out {p}`)")
+        for r in read_rows(p):
+            (metas if r.get("kind") == "meta" else points).append(r)
+    points = [r for r in points if r.get("kind") == "point"]
+    if not points:
+        raise GridsplitError(f"{', '.join(map(str, paths))}: no measured points in the file(s) yet")
+    return metas, points
+
+
+def _variant(r: dict) -> str:
+    v = r.get("variant") or {}
+    return "direct" if r["mode"] == "direct" else f"split {v.get('strategy')}/{v.get('congestion')}"
+
+
+def _png(fig, outdir: Path, name: str) -> str:
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    data = buf.getvalue()
+    (outdir / name).write_bytes(data)
+    return f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}"/>' \
+           f'<figcaption>{name}</figcaption></figure>'
+
+
+def _groups(points: list[dict]) -> dict[tuple, list[dict]]:
+    g: dict[tuple, list[dict]] = defaultdict(list)
+    for r in points:
+        g[(r["op"], r["impl"], _variant(r), r["nodes"], r["size_bytes"])].append(r)
+    return g
+
+
+def _per_rep(r: dict) -> float:
+    return r["total_s"] / r["reps"]
+
+
+def fig_time(points: list[dict], outdir: Path) -> list[str]:
+    """Seed 000 Figs 9-10: mean time per operation vs size, one panel per node count."""
+    import matplotlib.pyplot as plt
+    g = _groups(points)
+    out = []
+    for op, impl in sorted({(r["op"], r["impl"]) for r in points}):
+        nodes = sorted({r["nodes"] for r in points if r["op"] == op and r["impl"] == impl})
+        variants = sorted({_variant(r) for r in points if r["op"] == op and r["impl"] == impl},
+                          key=lambda v: (v != "direct", v))
+        cols = min(3, len(nodes))
+        rows_ = math.ceil(len(nodes) / cols)
+        fig, axes = plt.subplots(rows_, cols, figsize=(4.6 * cols, 3.6 * rows_), squeeze=False)
+        for ax, n in zip(axes.flat, nodes):
+            sizes = sorted({r["size_bytes"] for r in points if r["op"] == op and r["impl"] == impl and r["nodes"] == n})
+            for v in variants:
+                xs, med, lo, hi = [], [], [], []
+                for m in sizes:
+                    rs = g.get((op, impl, v, n, m), [])
+                    if not rs:
+                        continue
+                    vals = [_per_rep(r) * 1e3 for r in rs]
+                    xs.append(m)
+                    med.append(statistics.median(vals))
+                    lo.append(min(vals))
+                    hi.append(max(vals))
+                if xs:
+                    line, = ax.plot(xs, med, marker="o", ms=3, label=v)
+                    ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
+            bound = {r["size_bytes"]: r["bound_per_rep_s"] * 1e3 for r in points
+                     if r["op"] == op and r["impl"] == impl and r["nodes"] == n}
+            bs = sorted(bound)
+            ax.plot(bs, [bound[m] for m in bs], "k--", lw=1, label="physical bound")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"{n} sender node{'s' if n > 1 else ''}")
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel(f"time per {op} (ms)")
+            ax.grid(True, which="both", alpha=0.3)
+        for ax in list(axes.flat)[len(nodes):]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=7)
+        fig.suptitle(f"{op}, {impl}: median per-operation time, band = min-max over repetitions")
+        fig.tight_layout()
+        out.append(_png(fig, outdir, f"time-{op}-{impl}.png"))
+    return out
+
+
+def fig_heatmap(summary: list[dict], outdir: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+    out = []
+    for op, impl, var in sorted({(s["op"], s["impl"], s["variant"]) for s in summary}):
+        ss = [s for s in summary if (s["op"], s["impl"], s["variant"]) == (op, impl, var) and s["ratio"] is not None]
+        if not ss:
+            continue
+        nodes = sorted({s["nodes"] for s in ss})
+        sizes = sorted({s["size_bytes"] for s in ss})
+        grid = [[math.nan] * len(sizes) for _ in nodes]
+        for s in ss:
+            grid[nodes.index(s["nodes"])][sizes.index(s["size_bytes"])] = s["ratio"]
+        fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(sizes), 1.0 + 0.55 * len(nodes)))
+        vals = [v for row in grid for v in row if not math.isnan(v)]
+        norm = TwoSlopeNorm(vcenter=1.0, vmin=min(min(vals), 0.99), vmax=max(max(vals), 1.01))
+        im = ax.imshow(grid, cmap="RdYlGn_r", norm=norm, aspect="auto", origin="lower")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(sizes)), [fmt_size(m) for m in sizes])
+        ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
+        ax.set_xlabel("message size")
+        ax.set_ylabel("sender nodes")
+        ax.set_title(f"{op}, {impl}, split ({var}) / direct time\n(< 1: splitting is faster)", fontsize=9)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+        out.append(_png(fig, outdir, f"ratio-{op}-{impl}-{var.replace('/', '-')}.png"))
+    return out
+
+
+def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
+    """Seed 000 Figs 11-13: sender, root and gateway CPU vs size, per node count."""
+    import matplotlib.pyplot as plt
+    out = []
+    g = _groups(points)
+    for op, impl in sorted({(r["op"], r["impl"]) for r in points}):
+        sel = [r for r in points if r["op"] == op and r["impl"] == impl]
+        nodes = sorted({r["nodes"] for r in sel})
+        sizes = sorted({r["size_bytes"] for r in sel})
+        variants = sorted({_variant(r) for r in sel}, key=lambda v: (v != "direct", v))
+        fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+        for n in nodes:
+            for v in variants:
+                def series(fn):
+                    xs, ys = [], []
+                    for m in sizes:
+                        vals = [fn(r) for r in g.get((op, impl, v, n, m), [])]
+                        vals = [x for x in vals if x is not None and not math.isnan(x)]
+                        if vals:
+                            xs.append(m)
+                            ys.append(statistics.median(vals))
+                    return xs, ys
+                style = "-" if v == "direct" else "--"
+                lab = f"{n} nodes, {v}"
+                axes[0].plot(*series(lambda r: r["cpu"]["senders"]["mean_pct"]), style, marker=".", label=lab)
+                axes[1].plot(*series(lambda r: r["cpu"]["root"]["pct"]), style, marker=".", label=lab)
+                if v != "direct":
+                    axes[2].plot(*series(lambda r: max((x["pct"] or 0) for x in r["cpu"]["gateways"].values())
+                                         if r["cpu"]["gateways"] else None), style, marker=".", label=lab)
+        for ax, title in zip(axes, ("sender nodes (mean, % of a core)", "root node (% of a core)",
+                                    "busiest gateway daemon (% of a core)")):
+            ax.set_xscale("log")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("message size (bytes)")
+            ax.grid(True, alpha=0.3)
+        axes[2].axhline(25, color="k", lw=0.8, ls=":")
+        axes[0].legend(fontsize=6, ncol=2)
+        fig.suptitle(f"{op}, {impl}: process CPU during the measurement (MPI libraries poll while waiting)")
+        fig.tight_layout()
+        out.append(_png(fig, outdir, f"cpu-{op}-{impl}.png"))
+    return out
+
+
+def fig_strategies(summary: list[dict], outdir: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+    variants = sorted({s["variant"] for s in summary})
+    if len(variants) < 2:
+        return []
+    out = []
+    for op, impl in sorted({(s["op"], s["impl"]) for s in summary}):
+        pts = sorted({(s["nodes"], s["size_bytes"]) for s in summary if (s["op"], s["impl"]) == (op, impl)})
+        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(pts) * len(variants)), 3.6))
+        w = 0.8 / len(variants)
+        for i, v in enumerate(variants):
+            d = {(s["nodes"], s["size_bytes"]): s["ratio"] for s in summary
+                 if (s["op"], s["impl"], s["variant"]) == (op, impl, v)}
+            ax.bar([k + i * w for k in range(len(pts))], [d.get(p) or 0 for p in pts], width=w, label=v)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks([k + 0.4 - w / 2 for k in range(len(pts))], [f"{n}×{fmt_size(m)}" for n, m in pts],
+                      rotation=60, fontsize=7)
+        ax.set_ylabel("split / direct time")
+        ax.set_title(f"{op}, {impl}: gateway strategies and WAN congestion control")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        out.append(_png(fig, outdir, f"strategies-{op}-{impl}.png"))
+    return out
+
+
+# -- tables ----------------------------------------------------------------------
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    h = "".join(f"<th>{html.escape(str(x))}</th>" for x in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, str) and c.startswith('<') else html.escape(str(c))}</td>"
+                                    for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{h}</tr>{body}</table>"
+
+
+def _med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def retrans_tables(points: list[dict]) -> str:
+    """Seed 000 Tables 1-2, our numbers beside MPI5000's (medians over repetitions, per 200 operations)."""
+    parts = []
+    for counter, seed, title in (("TCPFastRetrans", SEED_FAST_RETRANS, "Table 1: fast retransmits"),
+                                 ("TCPTimeouts", SEED_TIMEOUTS, "Table 2: retransmission timeouts"),
+                                 ("RetransSegs", {}, "Retransmitted segments")):
+        for op, impl in sorted({(r["op"], r["impl"]) for r in points}):
+            sel = [r for r in points if (r["op"], r["impl"]) == (op, impl)]
+            split_vars = sorted({_variant(r) for r in sel if r["mode"] == "split"})
+            rows = []
+            for n, m in sorted({(r["nodes"], r["size_bytes"]) for r in sel}):
+                def val(variant, cls):
+                    rs = [r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m) and _variant(r) == variant]
+                    # Rows ran with different rep counts under --budget: scale to 200 like the seed.
+                    v = _med([r["counters"][cls].get(counter, 0) * 200 / r["reps"] for r in rs])
+                    return "-" if v is None else f"{v:.0f}"
+                row = [n, fmt_size(m), val("direct", "local"), val("direct", "distant")]
+                for sv in split_vars[:1]:
+                    row += [val(sv, "local"), val(sv, "distant")]
+                s = seed.get((n, m))
+                row += [" / ".join(map(str, s)) if s else ""] if seed else []
+                rows.append(row)
+            headers = ["nodes", "size", "direct local", "direct distant (WAN)", "split local", "split distant (WAN)"]
+            if seed:
+                headers.append("MPI5000 (seed 000): direct distant / split local / split distant")
+            parts.append(f"<h3>{title}, {op}, {impl} (per 200 operations, median over repetitions)</h3>"
+                         + _table(headers, rows))
+    return "".join(parts)
+
+
+def targets(summary: list[dict], points: list[dict]) -> tuple[str, list[dict]]:
+    """The issue's targets, evaluated on the gather rows with the default split variant."""
+    ss = [s for s in summary if s["op"] == "gather" and s["ratio"] is not None]
+    if not ss:
+        return "<p>No gather points with both modes: targets not evaluated.</p>", []
+    default_var = statistics.mode([s["variant"] for s in ss])
+    ss = [s for s in ss if s["variant"] == default_var]
+    res = []
+
+    def add(name, sel, pred, fmt, why=""):
+        if not sel:
+            res.append({"target": name, "met": None, "worst": "no points", "points": 0})
+            return
+        bad = [s for s in sel if not pred(s)]
+        res.append({"target": name, "met": not bad, "points": len(sel),
+                    "worst": fmt(max(sel, key=lambda s: s["_k"])) if sel else "", "misses": [
+                        f"{s['impl']} n={s['nodes']} {fmt_size(s['size_bytes'])}: {fmt(s)}" for s in bad][:8]})
+
+    for s in ss:
+        s["_k"] = s["ratio"]
+    add("split/direct ≤ 0.5 for 100 KB-1 MB with 4-20 nodes",
+        [s for s in ss if 100e3 <= s["size_bytes"] <= 1e6 and 4 <= s["nodes"] <= 20], lambda s: s["ratio"] <= 0.5,
+        lambda s: f"{s['ratio']:.2f}")
+    add("split/direct ≤ 0.9 for ≥ 1 MB with ≥ 12 nodes",
+        [s for s in ss if s["size_bytes"] >= 1e6 and s["nodes"] >= 12], lambda s: s["ratio"] <= 0.9,
+        lambda s: f"{s['ratio']:.2f}")
+    add("split/direct ≤ 1.03 for ≤ 10 KB", [s for s in ss if s["size_bytes"] <= 10e3],
+        lambda s: s["ratio"] <= 1.03, lambda s: f"{s['ratio']:.2f}")
+    wan = [dict(s, _k=(s["wan_retrans_split"] or 0) / max(s["wan_retrans_direct"] or 0, 1)) for s in ss
+           if (s["wan_retrans_direct"] or 0) > 0]
+    add("split WAN retransmissions ≤ 1/50 of direct's", wan,
+        lambda s: (s["wan_retrans_split"] or 0) * 50 <= s["wan_retrans_direct"],
+        lambda s: f"{s['wan_retrans_split']:g} vs {s['wan_retrans_direct']:g}")
+    add("no WAN timeouts in split mode", [dict(s, _k=s["wan_rto_split"] or 0) for s in ss],
+        lambda s: not s["wan_rto_split"], lambda s: f"{s['wan_rto_split']} RTOs")
+    add("efficiency ≥ 0.8 for ≥ 100 KB (split)",
+        [dict(s, _k=-(s["efficiency_split"] or 0)) for s in ss if s["size_bytes"] >= 100e3],
+        lambda s: (s["efficiency_split"] or 0) >= 0.8, lambda s: f"{s['efficiency_split']:.2f}")
+    cpu = _cpu_points(points, default_var)
+    add("node CPU split ≤ direct + 5 points", [dict(c, _k=c["delta"]) for c in cpu],
+        lambda c: c["delta"] <= 5, lambda c: f"{c['delta']:+.1f} points")
+    add("gateway CPU ≤ 25 % of a core", [dict(c, _k=c["gw"]) for c in cpu if c["gw"] is not None],
+        lambda c: c["gw"] <= 25, lambda c: f"{c['gw']:.1f} %")
+    rows = [[r["target"], "<b style='color:green'>met</b>" if r["met"] else
+             ("n/a" if r["met"] is None else "<b style='color:#b00'>missed</b>"),
+             r["points"], r["worst"], "; ".join(r.get("misses", []))] for r in res]
+    return (f"<p>Evaluated on gather, split variant <code>{html.escape(default_var)}</code>, medians over repetitions.</p>"
+            + _table(["target", "verdict", "points", "worst point", "misses (first 8)"], rows)), res
+
+
+def _cpu_points(points: list[dict], split_var: str) -> list[dict]:
+    g = defaultdict(lambda: defaultdict(list))
+    for r in points:
+        if r["op"] != "gather":
+            continue
+        v = "direct" if r["mode"] == "direct" else "split:" + _variant(r).split(" ", 1)[1]
+        g[(r["impl"], r["nodes"], r["size_bytes"])][v].append(r)
+    out = []
+    for (impl, n, m), by in sorted(g.items()):
+        d, s = by.get("direct"), by.get("split:" + split_var)
+        if not d or not s:
+            continue
+        dn = _med([r["cpu"]["senders"]["mean_pct"] for r in d])
+        sn = _med([r["cpu"]["senders"]["mean_pct"] for r in s])
+        gw = _med([max((x["pct"] or 0) for x in r["cpu"]["gateways"].values()) for r in s if r["cpu"]["gateways"]])
+        if dn is None or sn is None:
+            continue
+        out.append({"impl": impl, "nodes": n, "size_bytes": m, "delta": sn - dn, "gw": gw})
+    return out
+
+
+def build_report(paths: list[Path], outdir: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    metas, points = _load(paths)
+    outdir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(points)
+    tgt_html, _ = targets(summary, points)
+    meta = metas[0] if metas else {}
+    mach = meta.get("machine", {})
+    topo = meta.get("topology", {})
+    sumrows = [[s["op"], s["impl"], s["nodes"], fmt_size(s["size_bytes"]), s["variant"],
+                f"{s['direct_s']:.3f}" if s["direct_s"] is not None else "-",
+                f"{s['split_s']:.3f}" if s["split_s"] is not None else "-",
+                "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})",
+                s["repeats"], f"{s['wan_retrans_direct']} → {s['wan_retrans_split']}",
+                "-" if s["efficiency_split"] is None else f"{s['efficiency_split']:.2f}"] for s in summary]
+    figs = fig_time(points, outdir) + fig_heatmap(summary, outdir) + fig_strategies(summary, outdir) + fig_cpu(points, outdir)
+    reps = sorted({r["reps"] for r in points})
+    hangs = sum(1 for r in points if r.get("finalize_hang"))
+    notes = [f"{len(points)} runs from {', '.join(html.escape(str(p)) for p in paths)}.",
+             f"Repetitions per run: {', '.join(map(str, reps))} (capped by --budget for large points; totals and "
+             "counters in tables are per 200 operations).",
+             "Ratios are split/direct per repetition (the two ran back to back), then the median and min-max over repetitions.",
+             "Local = connections with both ends in one site (node↔node, node↔gateway); distant = across the WAN "
+             f"(counters attributed per connection by the kernel's tcp_retransmit_skb trace: "
+             f"{html.escape(', '.join(sorted({r['counters'].get('attribution', '?') for r in points})))}).",
+             "Physical bound per operation: one one-way WAN delay plus n·m bytes at the payload rate of the narrowest "
+             "point where the senders' flows converge (MSS 1448 in a 1514-byte frame); efficiency = bound / measured.",
+             "CPU: each rank's process CPU (user+sys, all threads) over its measurement window, and each gateway "
+             "daemon's CPU over the same window; softirq work of the shared kernel is not attributed to hosts."]
+    if hangs:
+        notes.append(f"{hangs} run(s) hit MPICH 4.0.2's MPI_Finalize hang (pmodels/mpich#6596) after printing "
+                     "their results; the results were kept.")
+    other = sorted({o for m in metas for o in m.get("other_labs", [])})
+    if other:
+        notes.append(f"Other labs were up during the sweep (namespace prefixes: {', '.join(map(html.escape, other))}); "
+                     "they share the CPU, and their retransmissions could be counted in the trace attribution.")
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>gridsplit bench report</title>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}}table{{border-collapse:collapse;margin:.5em 0}}
+td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:right}}th{{background:#eee}}
+figure{{margin:1em 0}}img{{max-width:100%}}figcaption{{font-size:11px;color:#666}}</style></head><body>
+<h1>gridsplit bench report</h1>
+<p>Topology <b>{html.escape(str(topo.get('name', '?')))}</b> (scale {topo.get('scale', '?')}), machine {html.escape(str(mach.get('hostname', '?')))}:
+{html.escape(str(mach.get('cpu', '?')))}, {mach.get('cores', '?')} cores, kernel {html.escape(str(mach.get('kernel', '?')))},
+git {html.escape(str(mach.get('git', '?')))}, started {html.escape(str(mach.get('date', '?')))}.</p>
+<p>Command: <code>{html.escape(' '.join(meta.get('command', [])))}</code></p>
+<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
+<h2>Targets</h2>{tgt_html}
+<h2>Summary</h2>{_table(['op', 'impl', 'nodes', 'size', 'split variant', 'direct (s)', 'split (s)', 'split/direct (min-max)', 'repeats', 'WAN retrans direct → split', 'efficiency split'], sumrows)}
+<h2>Figures</h2>{''.join(figs)}
+<h2>Retransmissions and timeouts (seed 000 Tables 1-2)</h2>{retrans_tables(points)}
+</body></html>"""
+    path = outdir / "index.html"
+    path.write_text(doc)
+    return path
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory for index.html and the PNGs (default: beside the first file, without .jsonl).")
+def report(results: tuple[Path, ...], out: Path | None) -> None:
+    """Build an HTML report with PNG plots from `gridsplit bench` result files (JSONL)."""
+    paths = list(results)
+    path = build_report(paths, out or paths[0].with_suffix(""))
+    click.echo(f"report: {path}")

@@ -1,0 +1,571 @@
+"""`gridsplit bench gather` (and scatter, bcast, alltoall, pingpong): MPI sweeps, direct vs split.
+
+This is seed 000's evaluation (§9-10) as one command. For every point
+(implementation, node count, message size, repetition) the same MPI job runs
+once node to node ("direct") and once through the site gateways ("split"),
+back to back on the same lab, so that their ratio is measured side by side.
+Around each run it records:
+
+- the job's own timing (the program's JSON line: total and per-rep stats);
+- TCP counter deltas of every host involved, attributed to *local* (inside a
+  site) or *distant* (across the WAN) connections with the kernel's
+  per-connection retransmission trace (lab/tcptrace.py);
+- CPU: each rank's process CPU over its measurement window (reported by the
+  program itself, mpi/common.c) and each gateway daemon's CPU from /proc.
+
+Rows go to a JSONL file (schema in docs/bench.md), flushed one per run, so an
+interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .. import machine, sysdeps
+from ..errors import GridsplitError
+from ..topology import STRATEGIES, Host, Topology, load_topology
+from ..lab import counters as C
+from ..lab import realize
+from ..lab.mpi import IMPLS, TIMED_OUT, mpirun, split_env
+from ..lab.names import LabNames
+from ..lab.sh import list_netns
+from ..lab.tcptrace import Trace
+from . import units
+
+SCHEMA = "gridsplit.bench/1"
+MODES = ("direct", "split")
+# Counters attributed to local/distant in every row (seed 000 Tables 1-2 and neighbours).
+ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
+              "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
+# Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
+GOODPUT = 1448 / 1514
+
+
+@dataclass(frozen=True)
+class Op:
+    prog: str
+    args: tuple[str, ...] = ()
+    pair: bool = False  # two ranks only, one per site
+
+
+OPS = {
+    "gather": Op("gather"),
+    "scatter": Op("coll", ("-o", "scatter")),
+    "bcast": Op("coll", ("-o", "bcast")),
+    "alltoall": Op("coll", ("-o", "alltoall")),
+    "pingpong": Op("pingpong", pair=True),
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured run; `key` identifies it in a result file (for resume)."""
+
+    op: str
+    impl: str
+    nodes: int
+    size: int
+    repeat: int
+    mode: str
+    strategy: str | None
+    congestion: str | None
+
+    @property
+    def key(self) -> tuple:
+        return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion)
+
+
+def row_key(row: dict[str, Any]) -> tuple:
+    v = row.get("variant") or {}
+    return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
+            v.get("strategy"), v.get("congestion"))
+
+
+# -- placement and physics -----------------------------------------------------
+
+def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
+    """The root (first node of the second site) and the `nodes` senders of the first site.
+
+    This is seed 000 §10.2's layout: senders in bordeaux, the gather root in sophia.
+    """
+    if len(topo.sites) < 2:
+        raise GridsplitError(f"topology {topo.name!r} has one site; cross-site benchmarks need two")
+    a, b = topo.sites[0], topo.sites[1]
+    senders = [h for h in topo.nodes() if h.site == a.name]
+    roots = [h for h in topo.nodes() if h.site == b.name]
+    if OPS[op].pair:
+        nodes = 1
+    if nodes > len(senders):
+        raise GridsplitError(f"--nodes {nodes}: site {a.name} of the lab has {len(senders)} nodes; "
+                             f"bring the lab up with `--nodes {nodes}` or lower --nodes")
+    return roots[0], senders[:nodes]
+
+
+def bound_per_rep(topo: Topology, op: str, root: Host, senders: list[Host], size: int) -> float:
+    """The physical lower bound of one timed repetition, in seconds.
+
+    Data: every sender's message must cross the narrowest point where their
+    flows converge (root NIC, WAN, uplinks, or the senders' own NICs together)
+    at its payload rate. Latency: the root's clock starts when it leaves the
+    barrier, and no message can reach it earlier than one one-way delay after
+    that (the senders leave the same barrier no earlier). Protocol round trips
+    (rendezvous handshakes, slow start) are not physics and are not in it.
+    """
+    one_way = topo.rtt_ms(root.site, senders[0].site) / 2e3
+    path = min(topo.bottleneck_mbps(s, root) for s in senders)
+    agg = min(path, root.nic_mbps, sum(s.nic_mbps for s in senders)) * 1e6 * GOODPUT
+    n = len(senders)
+    if op in ("gather", "scatter", "bcast"):
+        data = n * size * 8 / agg
+    elif op == "alltoall":
+        data = n * size * 8 / agg  # the root's share alone is n messages in and n out
+    else:  # pingpong: half a round trip per sample
+        return one_way + size * 8 / (path * 1e6 * GOODPUT)
+    return one_way + data
+
+
+def effective_reps(requested: int, budget_s: float, bound: float, min_reps: int = 5) -> int:
+    """Cap reps so that the point's ideal duration stays within the budget (0: no cap)."""
+    if budget_s <= 0 or bound * requested <= budget_s:
+        return requested
+    return max(min(min_reps, requested), int(budget_s / bound))
+
+
+# -- attribution -----------------------------------------------------------------
+
+def attribute(topo: Topology, mode: str, deltas: dict[str, dict[str, int]], hosts: dict[str, Host],
+              traced_by_source: dict[str, dict[str, int]] | None) -> dict[str, dict[str, int]]:
+    """Split each host's counter deltas into local and distant.
+
+    A host's share is the fraction of its traced retransmitted segments that
+    went on local connections. Hosts with no traced retransmission (or without
+    tracing) fall back to their role: in direct mode a node's data connections
+    cross the WAN, in split mode they end at its gateway; a gateway's data
+    connections are its WAN links.
+    """
+    out = {"local": {k: 0.0 for k in ATTRIBUTED}, "distant": {k: 0.0 for k in ATTRIBUTED}}
+    for name, d in deltas.items():
+        h = hosts[name]
+        t = (traced_by_source or {}).get(str(h.ip), {})
+        loc, dist = t.get("local", 0), t.get("distant", 0)
+        if loc + dist:
+            share = loc / (loc + dist)
+        elif h.role == "gateway":
+            share = 0.0
+        else:
+            share = 1.0 if mode == "split" else 0.0
+        for k in ATTRIBUTED:
+            v = d.get(k, 0)
+            out["local"][k] += v * share
+            out["distant"][k] += v * (1 - share)
+    return {cls: {k: int(round(v)) for k, v in c.items()} for cls, c in out.items()}
+
+
+# -- CPU -------------------------------------------------------------------------
+
+def proc_cpu_s(pid: int) -> float:
+    """utime+stime of a process (all its threads), in seconds."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return math.nan
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, float]) -> dict[str, Any]:
+    """Percent of one core per role over the program's measurement window."""
+    def pct(r):
+        return 100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] if r["wall_s"] > 0 else math.nan
+
+    by_rank = sorted(rank_cpu, key=lambda r: r["rank"])
+    window = by_rank[0]["wall_s"] if by_rank else math.nan
+    root_r = [r for r in by_rank if r["host"] == root.name] or by_rank[:1]
+    send = [pct(r) for r in by_rank if r not in root_r]
+    return {
+        "window_s": window,
+        "senders": {"mean_pct": statistics.fmean(send) if send else None, "max_pct": max(send) if send else None,
+                    "per_rank_pct": [round(x, 1) for x in send]},
+        "root": {"pct": pct(root_r[0]) if root_r else None},
+        # The whole run's daemon CPU over the measurement window: the window is
+        # where the traffic is, so this slightly overstates, never understates.
+        "gateways": {site: {"cpu_s": round(s, 4), "pct": round(100 * s / window, 2) if window > 0 else None}
+                     for site, s in gw_cpu.items()},
+    }
+
+
+# -- running one point -------------------------------------------------------------
+
+def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps: int, check: bool,
+              timeout: float) -> dict[str, Any]:
+    topo = state.topo
+    root, senders = placement(topo, p.op, p.nodes)
+    ranks = [root, *senders]
+    gws = [h for h in topo.hosts() if h.role == "gateway" and h.site in {root.site, senders[0].site}]
+    watched = {h.name: h for h in [*ranks, *gws]}
+    op = OPS[p.op]
+    prog = [sysdeps.mpi_program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
+    if check:
+        prog.append("--check")
+    env = split_env(state) if p.mode == "split" else None
+    gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
+
+    for attempt in (1, 2):
+        before = C.snapshot_many([state.ns(h) for h in watched.values()])
+        gw_before = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
+        if trace:
+            trace.clear()
+        t0 = time.monotonic()
+        cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True)
+        wall = time.monotonic() - t0
+        gw_after = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
+        after = C.snapshot_many([state.ns(h) for h in watched.values()])
+        tr = trace.collect() if trace else None
+        lines = [json.loads(l) for l in (cp.stdout or "").splitlines() if l.startswith("{")]
+        res = next((l for l in lines if l.get("op") and "total_s" in l), None)
+        if res is not None and (cp.returncode in (0, TIMED_OUT)):
+            break
+        why = "timed out" if cp.returncode == TIMED_OUT else f"exit {cp.returncode}"
+        tail = (cp.stderr or "").strip().splitlines()[-3:]
+        if attempt == 2:
+            raise GridsplitError(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: MPI job failed twice "
+                                 f"({why}): {' | '.join(tail) or 'no output'}")
+    deltas = {name: C.delta(before[state.ns(h)], after[state.ns(h)]) for name, h in watched.items()}
+    if res.get("verified") is False:
+        raise GridsplitError(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: received data failed "
+                             "verification (--check); the run is not recorded")
+    bound = bound_per_rep(topo, p.op, root, senders, p.size)
+    traced = tr.by_class(topo) if tr else None
+    counted = sum(d.get("RetransSegs", 0) for d in deltas.values())
+    return {
+        "kind": "point", "schema": SCHEMA, "op": p.op, "mode": p.mode,
+        "variant": {"strategy": p.strategy, "congestion": p.congestion} if p.mode == "split" else None,
+        "impl": p.impl, "impl_version": res.get("impl_version"), "nodes": len(senders), "ranks": len(ranks),
+        "size_bytes": p.size, "reps": res["reps"], "repeat": p.repeat,
+        "total_s": res["total_s"],
+        "per_rep_s": {k: res[f"{k}_s"] for k in ("min", "median", "mean", "max")},
+        "verified": res.get("verified"),
+        "bound_per_rep_s": bound, "efficiency": bound * res["reps"] / res["total_s"] if res["total_s"] > 0 else None,
+        "counters": {
+            **attribute(topo, p.mode, deltas, watched, tr.by_source(topo) if tr else None),
+            "traced": traced, "attribution": "trace" if tr else "role",
+            "traced_retrans_segs": sum(c.get("retrans_segs", 0) for c in traced.values()) if traced else None,
+            "counted_retrans_segs": counted,
+            "trace_overrun": tr.overrun if tr else None,
+            "by_host": {name: {k: v for k, v in d.items() if k in C.HEADLINE} for name, d in deltas.items()},
+        },
+        "cpu": cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
+                           if p.mode == "split" else {}),
+        "timing": res.get("timing"), "run_wall_s": round(wall, 3), "attempts": attempt,
+        "finalize_hang": cp.returncode == TIMED_OUT,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+# -- the sweep ---------------------------------------------------------------------
+
+def ensure_lab(names: LabNames, topology: str, nodes: int, scale: float | None, con: Console) -> realize.LabState:
+    """Reuse the running lab if it is this topology with enough nodes, else rebuild it."""
+    want = load_topology(topology, None, scale)
+    try:
+        state = realize.load_state(names)
+    except GridsplitError:
+        state = None
+    if state is not None:
+        a = state.topo.sites[0]
+        if (state.data.get("topology_spec") == topology and a.nodes >= nodes and state.topo.scale == want.scale
+                and state.data.get("gateways")):
+            con.print(f"[dim]·[/dim] reusing the running lab {state.topo.name!r} ({a.nodes} nodes on {a.name})")
+            return state
+        con.print(f"[dim]·[/dim] the running lab ({state.topo.name}, {a.nodes} nodes) does not fit; rebuilding it")
+        realize.down(names)
+    con.print(f"[dim]·[/dim] bringing up lab {topology!r} with {nodes} nodes")
+    return realize.up(topology, nodes, names, progress=lambda m: con.print(f"[dim]  ·[/dim] {m}"), scale=scale)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a result file; a torn last line (killed mid-write) is ignored, anything else is an error."""
+    rows = []
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i == len(lines):
+                break
+            raise GridsplitError(f"{path}:{i}: not a JSON line; is this a `gridsplit bench` result file?") from None
+    if rows and rows[0].get("schema", "").split("/")[0] != SCHEMA.split("/")[0]:
+        raise GridsplitError(f"{path}: schema {rows[0].get('schema')!r} is not {SCHEMA!r}")
+    return rows
+
+
+def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
+         strategies: list[str | None], ccs: list[str | None]) -> list[Point]:
+    """Every point in run order: direct and the first split variant side by side; other variants after."""
+    variants = [(s, c) for s in strategies for c in ccs]
+    if OPS[op].pair:
+        nodes = [1]
+    pts = []
+    for k in range(repeat):
+        for impl in impls:
+            for n in nodes:
+                for m in sizes:
+                    for mode in modes:
+                        v = variants[0] if mode == "split" else (None, None)
+                        pts.append(Point(op, impl, n, m, k, mode, *v))
+        if "split" in modes:
+            for v in variants[1:]:
+                for impl in impls:
+                    for n in nodes:
+                        for m in sizes:
+                            pts.append(Point(op, impl, n, m, k, "split", *v))
+    return pts
+
+
+def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: list[int], reps: int,
+          budget: float, modes: list[str], impls: list[str], repeat: int, strategies: list[str | None],
+          ccs: list[str | None], out: Path, check: bool, con: Console) -> list[dict[str, Any]]:
+    sysdeps.need_root(f"gridsplit bench {op}")
+    names = LabNames.from_env()
+    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs)
+    done: dict[tuple, dict] = {}
+    if out.exists():
+        rows = read_rows(out)
+        meta = next((r for r in rows if r.get("kind") == "meta"), None)
+        if meta and meta.get("topology_spec") != topology:
+            raise GridsplitError(f"{out} holds a sweep of topology {meta.get('topology_spec')!r}, not {topology!r}; "
+                                 "give another --out")
+        done = {row_key(r): r for r in rows if r.get("kind") == "point"}
+    todo = [p for p in pts if p.key not in done]
+    if done:
+        con.print(f"[dim]·[/dim] resuming {out}: {len(pts) - len(todo)} of {len(pts)} points already measured")
+    if not todo:
+        return [done[p.key] for p in pts if p.key in done]
+    state = ensure_lab(names, topology, max(nodes), scale, con)
+    if "split" in modes and not state.data.get("gateways"):
+        raise GridsplitError("split mode needs gateways, and this lab has none running")
+    default_v = (state.topo.gateways.strategy, state.topo.gateways.congestion)
+    todo = [p if p.mode == "direct" else Point(p.op, p.impl, p.nodes, p.size, p.repeat, p.mode,
+                                                p.strategy or default_v[0], p.congestion or default_v[1])
+            for p in todo]
+    todo = [p for p in todo if p.key not in done]
+    why_not = Trace.available()
+    trace = None
+    if why_not:
+        con.print(f"[yellow]note:[/yellow] {why_not}")
+    else:
+        trace = Trace(f"{names.prefix}-bench")
+        trace.start()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        with out.open("a") as f:
+            f.write(json.dumps({
+                "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
+                "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms")},
+                "machine": machine.facts(), "command": sys.argv, "requested": {
+                    "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
+                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "check": check},
+                "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
+            }) + "\n")
+            f.flush()
+            rows = _run_all(state, trace, todo, reps, budget, check, f, con)
+    finally:
+        if trace:
+            trace.close()
+    byk = {**done, **{row_key(r): r for r in rows}}
+    return [byk[p.key] for p in pts if p.key in byk] + [r for r in rows if row_key(r) not in {p.key for p in pts}]
+
+
+def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
+             check: bool, f, con: Console) -> list[dict[str, Any]]:
+    rows = []
+    variant = (state.topo.gateways.strategy, state.topo.gateways.congestion)
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*cols, console=con, transient=False) as bar:
+        task = bar.add_task("sweep", total=len(todo))
+        for p in todo:
+            if p.mode == "split" and (p.strategy, p.congestion) != variant:
+                bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control {p.congestion}")
+                state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion)
+                variant = (p.strategy, p.congestion)
+            root, senders = placement(state.topo, p.op, p.nodes)
+            bound = bound_per_rep(state.topo, p.op, root, senders, p.size)
+            r = effective_reps(reps, budget, bound)
+            timeout = max(120.0, 20 * bound * r + 60)
+            bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
+                                          f"{'/' + p.strategy if p.mode == 'split' else ''} #{p.repeat}")
+            row = run_point(state, trace, p, r, check, timeout)
+            row["reps_requested"] = reps
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            rows.append(row)
+            dist = row["counters"]["distant"]
+            bar.console.print(
+                f"{p.op} {p.impl:7} n={p.nodes:<2} {units.fmt_size(p.size):>5} {p.mode:6}"
+                f"{('/' + p.strategy) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "
+                f"({row['reps']} reps, eff {row['efficiency'] or 0:.2f}, WAN retrans {dist['RetransSegs']}, "
+                f"WAN RTO {dist['TCPTimeouts']})")
+            bar.advance(task)
+    return rows
+
+
+# -- summary -------------------------------------------------------------------------
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (op, impl, nodes, size, split variant): medians over repeats and the split/direct ratio."""
+    groups: dict[tuple, dict[str, list]] = {}
+    for r in rows:
+        if r.get("kind") != "point":
+            continue
+        v = r.get("variant") or {}
+        tag = "direct" if r["mode"] == "direct" else f"split:{v.get('strategy')}:{v.get('congestion')}"
+        groups.setdefault((r["op"], r["impl"], r["nodes"], r["size_bytes"]), {}).setdefault(tag, []).append(r)
+    out = []
+    for (op, impl, n, m), by in sorted(groups.items()):
+        direct = by.get("direct", [])
+        for tag, split in sorted((t, v) for t, v in by.items() if t != "direct"):
+            s = _med(split, "total_s")
+            d = _med(direct, "total_s")
+            ratios = _paired_ratios(direct, split)
+            out.append({
+                "op": op, "impl": impl, "nodes": n, "size_bytes": m, "variant": tag.split(":", 1)[1],
+                "direct_s": d, "split_s": s, "ratio": statistics.median(ratios) if ratios else None,
+                "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+                "repeats": len(ratios),
+                "wan_retrans_direct": _med(direct, lambda r: r["counters"]["distant"]["RetransSegs"]),
+                "wan_retrans_split": _med(split, lambda r: r["counters"]["distant"]["RetransSegs"]),
+                "wan_rto_split": max((r["counters"]["distant"]["TCPTimeouts"] for r in split), default=None),
+                "efficiency_split": _med(split, "efficiency"),
+            })
+    return out
+
+
+def _med(rows: list[dict], key) -> float | None:
+    vals = [key(r) if callable(key) else r.get(key) for r in rows]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _paired_ratios(direct: list[dict], split: list[dict]) -> list[float]:
+    """split/direct per repetition: each pair ran back to back, so their ratio is the side-by-side one."""
+    d = {r["repeat"]: r["total_s"] for r in direct}
+    return [r["total_s"] / d[r["repeat"]] for r in split if d.get(r["repeat"])]
+
+
+def render_summary(summary: list[dict[str, Any]], con: Console, title: str) -> None:
+    t = Table(title=title)
+    for c in ("op", "impl", "nodes", "size", "split variant", "direct", "split", "split/direct (min-max)",
+              "WAN retrans direct→split", "WAN RTO split", "eff. split"):
+        t.add_column(c, justify="right" if c not in ("op", "impl", "split variant") else "left")
+    for s in summary:
+        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})"
+        col = "green" if s["ratio"] is not None and s["ratio"] <= 1.0 else "red"
+        t.add_row(s["op"], s["impl"], str(s["nodes"]), units.fmt_size(s["size_bytes"]), s["variant"],
+                  _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]",
+                  f"{_n(s['wan_retrans_direct'])} → {_n(s['wan_retrans_split'])}", _n(s["wan_rto_split"]),
+                  "-" if s["efficiency_split"] is None else f"{s['efficiency_split']:.2f}")
+    con.print(t)
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f} s"
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+# -- CLI -------------------------------------------------------------------------------
+
+def _csv(kind):
+    def conv(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return [kind(v.strip()) for v in value.split(",") if v.strip()]
+        except (ValueError, GridsplitError) as e:
+            raise click.BadParameter(str(e)) from None
+    return conv
+
+
+def _choice_list(allowed):
+    def check(v: str) -> str:
+        if v not in allowed:
+            raise ValueError(f"{v!r} is not one of {', '.join(allowed)}")
+        return v
+    return check
+
+
+def make_command(op: str) -> click.Command:
+    defaults = {"pingpong": ("1", "8,1K,10K,100K,1M")}.get(op, ("2,4,8,12,16,20", "1K,10K,100K,500K,1M,2M,10M"))
+
+    @click.command(name=op)
+    @click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
+                  help="Preset or topology file; the lab is brought up (or reused) for it.")
+    @click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
+    @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=_csv(int),
+                  help="Sender node counts (on the first site; the root is on the second).")
+    @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=_csv(units.parse_size),
+                  help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
+    @click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
+                  help="Repetitions per run (seed 000: 200 gathers).")
+    @click.option("--budget", default=15.0, show_default=True, type=click.FloatRange(0),
+                  help="Cap reps so a run's ideal duration stays under this many seconds (0: never cap). "
+                       "The reps actually run are recorded.")
+    @click.option("--modes", default="direct,split", show_default=True, callback=_csv(_choice_list(MODES)))
+    @click.option("--impl", "impls", default="mpich,openmpi", show_default=True, callback=_csv(_choice_list(IMPLS)))
+    @click.option("--repeat", "-k", default=1, show_default=True, type=click.IntRange(1, 100),
+                  help="Repetitions of the whole sweep; the report takes medians and min-max over them.")
+    @click.option("--strategy", "strategies", default=None, callback=_csv(_choice_list(STRATEGIES)),
+                  help=f"Gateway strategies to compare in split mode ({', '.join(STRATEGIES)}); default: the topology's.")
+    @click.option("--wan-cc", "ccs", default=None, callback=_csv(_choice_list(("cubic", "reno", "bbr"))),
+                  help="WAN congestion controls to compare in split mode; default: the topology's.")
+    @click.option("--check/--no-check", default=False, show_default=True,
+                  help="Verify every received payload (costs CPU outside the timed region).")
+    @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="JSONL result file (appended; existing points are skipped, so a sweep resumes). "
+                       "Default: results/bench/DATE-TOPOLOGY-OP.jsonl")
+    @click.option("--report/--no-report", "make_report", default=True, show_default=True,
+                  help="Write the HTML report next to the result file at the end.")
+    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, check, out,
+            make_report):
+        con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        if any(n < 1 for n in nodes):
+            raise GridsplitError("--nodes: counts must be >= 1")
+        if out is None:
+            out = Path("results/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
+        rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
+                     strategies or [None], ccs or [None], out, check, con)
+        summary = summarize(rows)
+        render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
+        con.print(f"results: {out}")
+        if make_report:
+            from .report import build_report
+            html = build_report([out], out.with_suffix(""))
+            con.print(f"report: {html}")
+
+    cmd.help = (f"Sweep MPI {op} over node counts and message sizes, direct vs split, side by side.\n\n"
+                "Brings the lab up if needed (or reuses it), runs every point in each mode back to back, and "
+                "records time, local/distant TCP counters and CPU per run in a JSONL file (docs/bench.md).")
+    return cmd
+
+
+def iter_ops() -> Iterator[click.Command]:
+    for op in OPS:
+        yield make_command(op)
