@@ -365,8 +365,10 @@ def build_report(paths: list[Path], outdir: Path) -> Path:
              "Local = connections with both ends in one site (node↔node, node↔gateway); distant = across the WAN "
              f"(counters attributed per connection by the kernel's tcp_retransmit_skb trace: "
              f"{html.escape(', '.join(sorted({r['counters'].get('attribution', '?') for r in points})))}).",
-             "Physical bound per operation: one one-way WAN delay plus n·m bytes at the payload rate of the narrowest "
-             "point where the senders' flows converge (MSS 1448 in a 1514-byte frame); efficiency = bound / measured.",
+             "Physical bound per gather (timed at the root from the start of its barrier, as in seed 000): one WAN "
+             "round trip (the barrier must reach the senders, their data the root) plus n·m bytes at the payload rate "
+             "of the narrowest point where the senders' flows converge (MSS 1448 in a 1514-byte frame); "
+             "efficiency = bound / measured.",
              "CPU: each rank's process CPU (user+sys, all threads) over its measurement window, and each gateway "
              "daemon's CPU over the same window; softirq work of the shared kernel is not attributed to hosts."]
     if hangs:

@@ -115,26 +115,32 @@ def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
 
 
 def bound_per_rep(topo: Topology, op: str, root: Host, senders: list[Host], size: int) -> float:
-    """The physical lower bound of one timed repetition, in seconds.
+    """The physical lower bound of one repetition, in seconds.
 
-    Data: every sender's message must cross the narrowest point where their
-    flows converge (root NIC, WAN, uplinks, or the senders' own NICs together)
-    at its payload rate. Latency: the root's clock starts when it leaves the
-    barrier, and no message can reach it earlier than one one-way delay after
-    that (the senders leave the same barrier no earlier). Protocol round trips
-    (rendezvous handshakes, slow start) are not physics and are not in it.
+    For gather (timed at the root from the start of the barrier, as in seed
+    000): the senders cannot leave the barrier before hearing that the root
+    entered it (one one-way delay); their data then needs another one-way
+    delay plus the time for n·m bytes to cross the narrowest point where their
+    flows converge (root NIC, WAN, uplinks, or the senders' NICs together) at
+    its payload rate. Protocol round trips (rendezvous, slow start) are not
+    physics and are not in it. For pingpong it bounds half a round trip; the
+    other collectives get the same form as gather, as a reference line.
     """
-    one_way = topo.rtt_ms(root.site, senders[0].site) / 2e3
+    rtt = topo.rtt_ms(root.site, senders[0].site) / 1e3
     path = min(topo.bottleneck_mbps(s, root) for s in senders)
+    if OPS[op].pair:
+        return rtt / 2 + size * 8 / (path * 1e6 * GOODPUT)
     agg = min(path, root.nic_mbps, sum(s.nic_mbps for s in senders)) * 1e6 * GOODPUT
-    n = len(senders)
-    if op in ("gather", "scatter", "bcast"):
-        data = n * size * 8 / agg
-    elif op == "alltoall":
-        data = n * size * 8 / agg  # the root's share alone is n messages in and n out
-    else:  # pingpong: half a round trip per sample
-        return one_way + size * 8 / (path * 1e6 * GOODPUT)
-    return one_way + data
+    return rtt + len(senders) * size * 8 / agg
+
+
+def measured_period(op: str, res: dict[str, Any]) -> float | None:
+    """Measured time comparable with reps x bound_per_rep, or None for ops without a sound bound."""
+    if op == "gather":
+        return res["total_s"]
+    if OPS[op].pair:
+        return res["median_s"] * res["reps"]
+    return None
 
 
 def effective_reps(requested: int, budget_s: float, bound: float, min_reps: int = 5) -> int:
@@ -257,7 +263,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps: int,
         "total_s": res["total_s"],
         "per_rep_s": {k: res[f"{k}_s"] for k in ("min", "median", "mean", "max")},
         "verified": res.get("verified"),
-        "bound_per_rep_s": bound, "efficiency": bound * res["reps"] / res["total_s"] if res["total_s"] > 0 else None,
+        "bound_per_rep_s": bound, "efficiency": _efficiency(bound * res["reps"], measured_period(p.op, res)),
         "counters": {
             **attribute(topo, p.mode, deltas, watched, tr.by_source(topo) if tr else None),
             "traced": traced, "attribution": "trace" if tr else "role",
@@ -272,6 +278,10 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps: int,
         "finalize_hang": cp.returncode == TIMED_OUT,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def _efficiency(bound_total: float, measured: float | None) -> float | None:
+    return bound_total / measured if measured else None
 
 
 # -- the sweep ---------------------------------------------------------------------
@@ -341,6 +351,9 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
           ccs: list[str | None], out: Path, check: bool, con: Console) -> list[dict[str, Any]]:
     sysdeps.need_root(f"gridsplit bench {op}")
     names = LabNames.from_env()
+    gw = load_topology(topology, None, scale).gateways
+    strategies = [s or gw.strategy for s in strategies]
+    ccs = [c or gw.congestion for c in ccs]
     pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs)
     done: dict[tuple, dict] = {}
     if out.exists():
@@ -358,11 +371,6 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     state = ensure_lab(names, topology, max(nodes), scale, con)
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
-    default_v = (state.topo.gateways.strategy, state.topo.gateways.congestion)
-    todo = [p if p.mode == "direct" else Point(p.op, p.impl, p.nodes, p.size, p.repeat, p.mode,
-                                                p.strategy or default_v[0], p.congestion or default_v[1])
-            for p in todo]
-    todo = [p for p in todo if p.key not in done]
     why_not = Trace.available()
     trace = None
     if why_not:

@@ -1,0 +1,180 @@
+"""`gridsplit bench` and `gridsplit report`: real sweeps on the mini lab, counter attribution, rendering.
+
+The attribution test makes losses of its own with a drop-tail queue that it
+controls, so the number of dropped segments per connection class is known
+from the queue's own drop counter, and the bench's local/distant split must
+put the retransmissions where the drops were.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PREFIX, gridsplit
+
+from gridsplit.bench.sweep import attribute, read_rows, summarize
+from gridsplit.lab import counters as C
+from gridsplit.lab.names import LabNames, sw_port
+from gridsplit.lab.realize import load_state, tbf_line
+from gridsplit.lab.tcptrace import Trace, parse
+
+DATA = Path(__file__).resolve().parent / "data" / "bench"
+
+
+@pytest.mark.lab
+@pytest.mark.mpi
+def test_gather_sweep_records_verified_points(lab, tmp_path):
+    """Both modes and both MPI libraries, received data checked, every documented field present."""
+    out = tmp_path / "sweep.jsonl"
+    cp = gridsplit("bench", "gather", "-t", "mini", "-n", "1,2", "-s", "1K,200K", "-r", "5", "--check",
+                   "--out", str(out), "--no-report", timeout=600)
+    assert "split/direct" in cp.stdout
+    rows = read_rows(out)
+    meta, points = rows[0], [r for r in rows if r["kind"] == "point"]
+    assert meta["kind"] == "meta" and meta["machine"]["cores"] >= 1 and meta["topology"]["name"] == "mini"
+    assert len(points) == 2 * 2 * 2 * 2
+    for r in points:
+        assert r["verified"] is True, r
+        assert r["reps"] == 5 and r["total_s"] > 0
+        assert set(r["counters"]) >= {"local", "distant"}
+        assert r["counters"]["local"].keys() >= {"TCPFastRetrans", "TCPTimeouts", "RetransSegs"}
+        assert r["cpu"]["senders"]["mean_pct"] is not None and r["cpu"]["root"]["pct"] is not None
+        # The bound is physics: no run can beat it.
+        assert r["bound_per_rep_s"] * r["reps"] <= r["total_s"]
+        assert 0 < r["efficiency"] <= 1
+        if r["mode"] == "split":
+            assert set(r["cpu"]["gateways"]) == {"east", "west"}
+            assert r["variant"] == {"strategy": "fair", "congestion": "cubic"}
+    # 200 KB from two nodes moves 400 KB per gather across the WAN: in split mode that
+    # is the gateways' data, so their CPU was used.
+    big = [r for r in points if r["mode"] == "split" and r["size_bytes"] == 200_000 and r["nodes"] == 2]
+    assert all(sum(g["cpu_s"] for g in r["cpu"]["gateways"].values()) > 0 for r in big)
+    s = summarize(points)
+    assert len(s) == 2 * 2 * 2 and all(x["ratio"] is not None for x in s)
+
+    # Resume: the same command again measures nothing new and keeps the file's points.
+    cp = gridsplit("bench", "gather", "-t", "mini", "-n", "1,2", "-s", "1K,200K", "-r", "5", "--check",
+                   "--out", str(out), "--no-report", timeout=120)
+    assert "16 of 16 points already measured" in cp.stdout
+    assert len([r for r in read_rows(out) if r["kind"] == "point"]) == 16
+
+
+def _tbf_drops(ns: str, dev: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev], text=True,
+                         capture_output=True, check=True).stdout
+    m = re.search(r"dropped (\d+)", out)
+    assert m, out
+    return int(m.group(1))
+
+
+@pytest.mark.lab
+def test_attribution_puts_known_losses_where_they_happened(lab):
+    """east-1 sends to east-2 (local) and to west-1 (distant) through switch ports made tiny.
+
+    The drops happen in the switches (a sender's own qdisc drops are not
+    losses to TCP, which simply sends again), and each port's drop counter
+    says how many segments each connection class lost.
+    """
+    if Trace.available():
+        pytest.skip(Trace.available())
+    names = LabNames.from_env()
+    state = load_state(names)
+    topo = state.topo
+    src, loc, dist = (topo.host(n) for n in ("east-1", "east-2", "west-1"))
+    ports = [(names.switch_ns(h.site), sw_port(h), topo.site(h.site)) for h in (loc, dist)]
+
+    def tc(ns, line):
+        subprocess.run(["ip", "netns", "exec", ns, "tc", *line.split()], check=True)
+
+    for ns, port, _ in ports:
+        tc(ns, f"qdisc replace dev {port} root tbf rate 20mbit burst 16k limit 8000")
+    servers = [subprocess.Popen(["ip", "netns", "exec", state.ns(h), "iperf3", "-s", "-1", "-p", "5301"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for h in (loc, dist)]
+    trace = Trace(f"{PREFIX}-test-attr")
+    trace.start()
+    try:
+        time.sleep(0.5)
+        before = C.snapshot(state.ns(src))
+        drops0 = [_tbf_drops(ns, port) for ns, port, _ in ports]
+        trace.clear()
+        clients = [subprocess.Popen(["ip", "netns", "exec", state.ns(src), "iperf3", "-c", str(h.ip), "-p", "5301",
+                                     "-t", "3", "-C", "cubic"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True) for h in (loc, dist)]
+        for c in clients:
+            assert c.wait(timeout=30) == 0, c.stderr.read()
+        after = C.snapshot(state.ns(src))
+        tr = trace.collect()
+        drops_local, drops_distant = (_tbf_drops(ns, port) - d0 for (ns, port, _), d0 in zip(ports, drops0))
+    finally:
+        trace.close()
+        for s in servers:
+            s.kill()
+            s.wait()
+        for ns, port, site in ports:  # back to the lab's own switch ports for the tests that follow
+            tc(ns, tbf_line(port, site.nic_mbps, site.switch_buffer_bytes, "switch"))
+    assert drops_local > 5 and drops_distant > 5, (drops_local, drops_distant)
+    by_class = tr.by_class(topo)
+    # Every segment lost in a switch is sent again on its own connection. (Another lab
+    # running at the same time could add events, never remove them.)
+    assert by_class["local"]["retrans_segs"] >= 0.8 * drops_local, (by_class, drops_local)
+    assert by_class["distant"]["retrans_segs"] >= 0.8 * drops_distant, (by_class, drops_distant)
+    mine = {(sa, da) for (sa, _, da, _), st in tr.conns.items() if st.retrans and sa == str(src.ip)}
+    assert mine == {(str(src.ip), str(loc.ip)), (str(src.ip), str(dist.ip))}, mine
+    # The host's counters are then split in the same proportion as its traced segments.
+    deltas = {src.name: C.delta(before, after)}
+    att = attribute(topo, "direct", deltas, {src.name: src}, tr.by_source(topo))
+    total = deltas[src.name]["RetransSegs"]
+    mine_by = tr.by_source(topo)[str(src.ip)]
+    share = mine_by["local"] / (mine_by["local"] + mine_by["distant"])
+    assert att["local"]["RetransSegs"] + att["distant"]["RetransSegs"] == total
+    assert abs(att["local"]["RetransSegs"] - share * total) <= 1
+
+
+def test_trace_parser_counts_state_entries_once():
+    line = ("  <idle>-0  [001] ..s2. 10.0: tcp_cong_state_set: family=AF_INET sport=1 dport=2 saddr=10.71.1.1 "
+            "daddr=10.71.2.1 saddrv6=::ffff:10.71.1.1 daddrv6=::ffff:10.71.2.1 cong_state={}")
+    rtx = ("  <idle>-0  [001] ..s2. 10.0: tcp_retransmit_skb: skbaddr=0 skaddr=0 family=AF_INET sport=1 dport=2 "
+           "saddr=10.71.1.1 daddr=10.71.2.1 saddrv6=::ffff:10.71.1.1 daddrv6=::ffff:10.71.2.1 state=TCP_ESTABLISHED err=0")
+    text = "\n".join([line.format(3), rtx, line.format(3), line.format(0), line.format(4), line.format(4), rtx])
+    st = parse(text).conns[("10.71.1.1", 1, "10.71.2.1", 2)]
+    assert (st.retrans, st.recoveries, st.losses) == (2, 1, 1)
+
+
+def test_report_renders_from_recorded_file(tmp_path):
+    """A real sweep recorded on the paper lab (tests/data/bench) renders with every section and plot."""
+    src = DATA / "paper-n4-openmpi.jsonl"
+    cp = gridsplit("report", str(src), "--out", str(tmp_path / "rep"))
+    html = (tmp_path / "rep" / "index.html").read_text()
+    for section in ("Targets", "Summary", "Table 1: fast retransmits", "Table 2: retransmission timeouts",
+                    "Physical bound"):
+        assert section in html, section
+    pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
+    assert any(p.startswith("time-gather") for p in pngs) and any(p.startswith("ratio-") for p in pngs)
+    assert any(p.startswith("cpu-") for p in pngs)
+    assert html.count("data:image/png;base64,") == len(pngs)
+    assert str(tmp_path / "rep" / "index.html") in cp.stdout
+
+
+@pytest.mark.parametrize("content,msg", [
+    ("", "no measured points"),
+    ('{"kind":"point"\n{"x":1}\n', "not a JSON line"),
+    ('{"kind":"meta","schema":"other/1"}\n', "schema"),
+])
+def test_report_rejects_bad_files_in_one_line(tmp_path, content, msg):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(content)
+    cp = gridsplit("report", str(f), check=False)
+    assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_bench_rejects_bad_flags_in_one_line():
+    for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "nodes")):
+        cp = gridsplit("bench", "gather", *args, check=False)
+        assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
