@@ -1,8 +1,295 @@
-"""The `gridsplit model` command group (being written this session)."""
+"""`gridsplit model ...`: pLogP measurement, seed 002's collective models, validation and grid advice.
+
+measure   pLogP parameters of the lab's LAN, WAN and split paths (mpi/plogp.c)
+predict   the models of Tables 1-3 for one (op, P, m), fastest first
+validate  run the modelled algorithms (mpi/collalgo.c) in the lab and score the models
+plot      redraw figures from saved parameter or validation files (no lab)
+advise    direct vs split, which algorithm, how sure: from saved files, no lab
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
 
 import click
+from rich.table import Table
+
+from ..bench.units import fmt_size, parse_size
+from ..errors import GridsplitError
+from ..sysdeps import repo_root
+
+OUTDIR = Path("results/model")
+
+
+def _con():
+    from ..cli import out
+    return out
+
+
+def _state():
+    from ..lab.names import LabNames
+    from ..lab.realize import load_state
+    return load_state(LabNames.from_env())
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = [parse_size(t) for t in text.split(",") if t.strip()]
+    if not sizes or any(s < 1 for s in sizes):
+        raise GridsplitError(f"--sizes {text!r}: give positive sizes, comma-separated, e.g. 1K,64K,1M")
+    return sorted(set(sizes))
+
+
+def _ints(text: str, what: str, lo: int) -> list[int]:
+    try:
+        vals = sorted({int(t) for t in text.split(",") if t.strip()})
+    except ValueError:
+        raise GridsplitError(f"{what} {text!r}: give integers, comma-separated, e.g. 2,3,4") from None
+    if not vals or vals[0] < lo:
+        raise GridsplitError(f"{what} {text!r}: values must be >= {lo}")
+    return vals
+
+
+def _params(path: str | None):
+    from .advise import shipped
+    from .plogp import ParamSet
+    p = Path(path) if path else shipped("params.json")
+    ps = ParamSet.load(p)
+    ps.meta["source"] = str(path) if path else f"shipped with gridsplit ({p.name}, measured {ps.meta.get('date', '?')[:10]})"
+    return ps
+
+
+def _command() -> str:
+    return "gridsplit " + shlex.join(sys.argv[1:])
 
 
 @click.group()
 def model() -> None:
-    """(in progress)"""
+    """pLogP collective-performance prediction (seed 002) and grid advice.
+
+    \b
+    gridsplit model measure                      # LAN, WAN and split pLogP parameters of the running lab
+    gridsplit model predict --op bcast -P 16 --size 1M
+    gridsplit model validate --measure           # the committed benchmark, regenerated in one command
+    gridsplit model advise --topology paper --nodes 8 --size 1M
+    """
+
+
+@model.command()
+@click.option("--impl", type=click.Choice(["openmpi", "mpich"]), default="openmpi", show_default=True)
+@click.option("--pairs", default="lan,wan,split", show_default=True, help="Which paths to measure.")
+@click.option("--max-size", default="2M", show_default=True, help="Largest message size (the models extrapolate beyond).")
+@click.option("--ci", type=click.FloatRange(0.001, 1), default=0.05, show_default=True,
+              help="Stop sampling when the median's 95% CI half-width is within this fraction.")
+@click.option("--reps", type=click.IntRange(5, 10000), default=60, show_default=True, help="Most samples per quantity and size.")
+@click.option("--refine", type=click.FloatRange(0, 10), default=0.10, show_default=True,
+              help="Add a midpoint where interpolation is off by more than this (0: no refinement).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Parameter file to write [results/model/plogp-DATE-TOPOLOGY-IMPL.json].")
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Also draw Fig. 1 next to the file.")
+def measure(impl: str, pairs: str, max_size: str, ci: float, reps: int, refine: float, out: str | None, plot: bool) -> None:
+    """Measure L, os(m), or(m), g(m) on the lab's LAN, WAN and split paths (needs `gridsplit lab up`)."""
+    from .measure import default_out, measure as run
+    from .plots import fig1_plogp
+    state = _state()
+    ms = parse_size(max_size)
+    if ms < 1024:
+        raise GridsplitError(f"--max-size {max_size}: at least 1K, so that the bandwidth part of g(m) is measured")
+    con = _con()
+    ps = run(state, impl, [p.strip() for p in pairs.split(",") if p.strip()], ms, ci, reps, refine,
+             progress=lambda msg: con.print(f"[dim]·[/dim] {msg}"))
+    ps.meta["command"] = _command()
+    path = Path(out) if out else default_out(state, impl, OUTDIR)
+    ps.save(path)
+    con.print(f"parameters written to {path}")
+    _print_params(ps)
+    if plot:
+        con.print(f"Fig. 1: {fig1_plogp(ps, path.with_suffix('.png'))}")
+
+
+def _print_params(ps) -> None:
+    t = Table("path", "hosts", "L", "g(1)", "g(1K)", "g(64K)", "g(1M)", "os(1M)", "or(1M)", "bandwidth", title="pLogP parameters")
+    for k, p in ps.paths.items():
+        us = lambda v: f"{v * 1e6:.1f} µs" if v < 1e-3 else f"{v * 1e3:.2f} ms"
+        bw = p.bandwidth_Bps()
+        t.add_row(k, " → ".join(p.meta.get("hosts", [])), us(p.L), us(p.g(1)), us(p.g(1000)), us(p.g(64000)),
+                  us(p.g(1000000)), us(p.os(1000000)), us(p.or_at(1000000)),
+                  "-" if bw == float("inf") else f"{bw * 8 / 1e6:.1f} Mb/s")
+    _con().print(t)
+
+
+@model.command()
+@click.option("--params", type=click.Path(dir_okay=False), default=None, help="Parameter file [shipped defaults].")
+@click.option("--path", "path_kind", default="lan", show_default=True, help="Which measured path: lan, wan or split.")
+@click.option("--op", type=click.Choice(["bcast", "scatter", "gather", "alltoall"]), required=True)
+@click.option("-P", "--procs", type=click.IntRange(1, 100000), required=True, help="Number of processes.")
+@click.option("--size", required=True, help="m: bytes per rank (K/M suffixes, powers of ten).")
+@click.option("--gamma", type=float, default=None, help="All-to-all congestion factor [from the shipped validation].")
+@click.option("--json", "as_json", is_flag=True)
+def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, gamma: float | None, as_json: bool) -> None:
+    """Every algorithm of one operation for (P, m), fastest predicted first, with its seed 002 formula."""
+    from .advise import load_validation, shipped
+    from .collectives import ALGORITHMS, select
+    ps = _params(params)
+    p = ps.path(path_kind)
+    m = parse_size(size)
+    if op == "alltoall" and gamma is None:
+        gamma = load_validation(shipped("validation.json")).get("gamma", {}).get(path_kind if path_kind == "lan" else
+                                                                                  ("direct" if path_kind == "wan" else "split"))
+        if gamma is None:
+            raise GridsplitError("no gamma for this path in the shipped validation; give --gamma")
+    preds = select(op, p, procs, m, gamma=gamma)
+    if as_json:
+        from ..cli import emit_json
+        emit_json({"op": op, "P": procs, "size": m, "path": path_kind, "params": ps.meta.get("source"),
+                   "predictions": [{"algo": x.algo, "seconds": x.seconds, "segment": x.segment} for x in preds]})
+        return
+    t = Table("algorithm", "model", "predicted", "segment", title=f"{op}, P={procs}, m={fmt_size(m)}, {path_kind} parameters")
+    for i, x in enumerate(preds):
+        cite = ALGORITHMS[x.algo].cite if x.algo in ALGORITHMS else f"Table 3 + γ={gamma:.2f}"
+        t.add_row(("[bold]" if i == 0 else "") + x.algo, cite, f"{x.seconds * 1e3:.3f} ms",
+                  fmt_size(x.segment) if x.segment else "-")
+    _con().print(t)
+    _con().print(f"[dim]parameters: {ps.meta.get('source')}[/dim]")
+
+
+@model.command()
+@click.option("--impl", type=click.Choice(["openmpi", "mpich"]), default="openmpi", show_default=True)
+@click.option("--params", type=click.Path(dir_okay=False), default=None,
+              help="Parameter file measured on this lab [with --measure: measured now; else the newest results/model/plogp-*-TOPOLOGY-IMPL.json].")
+@click.option("--measure", "do_measure", is_flag=True, help="Measure the pLogP parameters first (into the output directory).")
+@click.option("--procs", default="2,3,4", show_default=True, help="P values for the single-site part.")
+@click.option("--sizes", default="1K,4K,16K,64K,256K,1M", show_default=True)
+@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True, help="Interleaved runs per configuration.")
+@click.option("--reps", type=click.IntRange(1, 10000), default=5, show_default=True, help="Timed repetitions per run.")
+@click.option("--grid-nodes", default="1,2,4", show_default=True, help="Remote node counts for the two-site part ('' to skip).")
+@click.option("--modes", default="direct,split", show_default=True)
+@click.option("--bench", "bench_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="`gridsplit bench gather` JSONL files to score the gather model against [results/bench/*.jsonl].")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Output directory [results/model/DATE-TOPOLOGY-IMPL].")
+def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, modes, bench_files, out) -> None:
+    """Run the modelled algorithms in the lab over (P, m) and score the predictions (needs `gridsplit lab up`)."""
+    from .advise import summary_of
+    from .measure import measure as run_measure
+    from .plogp import ParamSet
+    from .plots import fig1_plogp, validation_figures
+    from .validate import report_lines, validate as run
+    con = _con()
+    progress = lambda msg: con.print(f"[dim]·[/dim] {msg}")
+    state = _state()
+    outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-{state.topo.name}-{impl}"
+    mode_list = [x.strip() for x in modes.split(",") if x.strip()]
+    for md in mode_list:
+        if md not in ("direct", "split"):
+            raise GridsplitError(f"--modes: unknown mode {md!r}; use direct and/or split")
+    pairs = ["lan"] + (["wan"] if "direct" in mode_list else []) + (["split"] if "split" in mode_list else [])
+    if do_measure:
+        ps = run_measure(state, impl, pairs, 2000000, 0.05, 60, 0.10, progress)
+        ps.meta["command"] = _command()
+        ps.save(outdir / "plogp.json")
+        fig1_plogp(ps, outdir / "fig01-plogp.png")
+        ps.meta["source"] = str(outdir / "plogp.json")
+    else:
+        if params is None:
+            found = sorted(OUTDIR.glob(f"plogp-*-{state.topo.name}-{impl}.json"))
+            if not found:
+                raise GridsplitError(f"no parameters for lab {state.topo.name!r} and {impl}: run with --measure, or `gridsplit model measure` first, or give --params")
+            params = str(found[-1])
+        ps = ParamSet.load(params)
+        ps.meta["source"] = params
+    bench = [Path(b) for b in bench_files]
+    if not bench and repo_root() is not None:
+        bench = sorted((repo_root() / "results" / "bench").glob("*.jsonl"))
+    result = run(state, ps, impl, _ints(procs, "--procs", 2) if procs.strip() else [], _sizes(sizes), repeat, reps,
+                 _ints(grid_nodes, "--grid-nodes", 1) if grid_nodes.strip() else [], mode_list, bench, _command(), progress)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")
+    (outdir / "summary.json").write_text(json.dumps(summary_of(result), indent=1) + "\n")
+    lines = report_lines(result)
+    figs = validation_figures(result, outdir)
+    (outdir / "README.md").write_text("\n".join(lines) + "\n\nFigures: " + ", ".join(f"[{f.name}]({f.name})" for f in figs) + "\n")
+    for line in lines:
+        con.print(line, markup=False)
+    con.print(f"results in {outdir}/ (validation.json, summary.json, README.md, {len(figs)} figures)")
+
+
+@model.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(), default=None, help="PNG (parameters) or directory (validation) [next to FILE].")
+def plot(file: str, out: str | None) -> None:
+    """Redraw Fig. 1 from a parameter file, or Figs. 2-10 from a validation.json (no lab needed)."""
+    from .plogp import ParamSet
+    from .plots import fig1_plogp, validation_figures
+    from .validate import report_lines
+    p = Path(file)
+    try:
+        d = json.loads(p.read_text())
+    except ValueError as e:
+        raise GridsplitError(f"{p}: not JSON ({e})") from None
+    if d.get("kind") == "gridsplit-plogp":
+        _con().print(str(fig1_plogp(ParamSet.load(p), Path(out) if out else p.with_suffix(".png"))))
+    elif d.get("kind") == "gridsplit-model-validation":
+        for f in validation_figures(d, Path(out) if out else p.parent):
+            _con().print(str(f))
+        for line in report_lines(d):
+            _con().print(line, markup=False)
+    else:
+        raise GridsplitError(f"{p}: neither a parameter file nor a validation.json of `gridsplit model`")
+
+
+@model.command()
+@click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE")
+@click.option("--nodes", "-n", type=click.IntRange(1, 250), default=None, help="Nodes of the topology's variable site.")
+@click.option("--scale", type=float, default=None, help="Rate scale of the topology (as `lab up --scale`) [the topology's own].")
+@click.option("--size", required=True, help="m: bytes per rank (K/M suffixes, powers of ten).")
+@click.option("--op", "ops", multiple=True, type=click.Choice(["gather", "bcast", "alltoall"]),
+              help="Operations to advise on [all three].")
+@click.option("--params", type=click.Path(dir_okay=False), default=None, help="Parameter file [shipped defaults].")
+@click.option("--validation", type=click.Path(dir_okay=False), default=None,
+              help="validation.json or summary.json for gamma and error bands [shipped].")
+@click.option("--json", "as_json", is_flag=True)
+def advise(topology, nodes, scale, size, ops, params, validation, as_json) -> None:
+    """Direct vs split and which algorithm, for a two-site topology: expected times and how sure (no lab)."""
+    from ..topology import load_topology
+    from .advise import advise as run, load_validation, shipped, summary_of
+    ps = _params(params)
+    v = load_validation(Path(validation) if validation else shipped("validation.json"))
+    if v["kind"] == "gridsplit-model-validation":
+        v = summary_of(v)
+    v["source"] = validation or "shipped with gridsplit"
+    topo = load_topology(topology, nodes, scale)
+    m = parse_size(size)
+    if m < 1:
+        raise GridsplitError("--size must be at least 1 byte")
+    res = run(ps, v, topo, m, list(ops) or ["gather", "bcast", "alltoall"])
+    if as_json:
+        from ..cli import emit_json
+        emit_json(res)
+        return
+    con = _con()
+    con.print(f"[bold]{res['topology']}[/bold] (scale {res['scale']:g}): root on {res['root_site']}, "
+              f"{res['nodes']} nodes on {res['remote_site']}, m = {fmt_size(m)} per rank")
+    for n in res["notes"]:
+        con.print(f"[yellow]note:[/yellow] {n} (extrapolated: error bands widened by 25 points)")
+    fmt_t = lambda s: f"{s * 1e3:.2f} ms" if s < 10 else f"{s:.1f} s"
+    band = lambda c: "-" if c["error_median"] is None else f"±{100 * c['error_median']:.0f} % (worst {100 * c['error_max']:.0f} %)"
+    for a in res["answers"]:
+        t = Table("mode", "algorithm", "expected", "error band (validation)", "notes", title=a["op"])
+        for c in a["candidates"]:
+            star = "[bold]" if c is a["best"] else ""
+            note = (c["detail"] + "; " if c["detail"] else "") + ("" if c["validated"] else "model only, not validated")
+            if c["segment"]:
+                note = f"segment {fmt_size(c['segment'])}; " + note
+            if "gamma" in c:
+                note = f"γ = {c['gamma']:.2f}; " + note
+            t.add_row(c["mode"], star + c["algo"], fmt_t(c["seconds"]), band(c), note.strip("; "))
+        con.print(t)
+        if a["verdict"]:
+            con.print(f"  → {a['verdict']['text']}")
+        b = a["best"]
+        con.print(f"  → use {b['algo']} ({b['mode']}): {fmt_t(b['seconds'])}")
+    con.print(f"[dim]parameters: {res['params']['source']}; validation: {res['validation']['source']} "
+              f"({res['validation']['date'][:10]})[/dim]")

@@ -1,0 +1,440 @@
+/* pLogP parameter measurement between ranks 0 and 1, in the manner of
+ * Kielmann, Bal and Verstoep ("Fast measurement of LogP parameters for
+ * message passing platforms", 2000), the tool seed 002 used for its Fig. 1.
+ *
+ * For each message size m rank 0 (the driver) measures, with rank 1 as peer:
+ *   RTT(m)  ping of m bytes answered by an 8-byte reply;
+ *   os(m)   the time MPI_Send(m) keeps the sender busy (a reply follows, so
+ *           the next send never queues behind this one);
+ *   or(m)   the time MPI_Recv(m) keeps the receiver busy once the message has
+ *           had time to arrive (the receiver sleeps 1.5 RTT(m) before it);
+ *   g(m)    the gap: n back-to-back MPI_Send(m), one reply, and
+ *           g = (T - RTT(0)) / n, with n large enough that the stream lasts
+ *           many round trips (the saturation point of the pLogP paper);
+ *   L       = RTT(0)/2 - g(0), from pLogP's RTT(0) = 2 (L + g(0)).
+ * Every quantity is sampled in batches until the 95 % confidence interval of
+ * its median (order statistics, so VM stalls do not widen it as they would a
+ * mean's) is within --ci of the median, or --max-time / -r is reached.
+ * The sizes given with -s are measured first; then, where linear interpolation
+ * between two neighbours mispredicts the size between them (geometric mean) by
+ * more than --refine, that size is kept and both halves are refined again, so
+ * points accumulate where the curves bend (protocol switches, windows). */
+#define _POSIX_C_SOURCE 200809L
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(OMPI_MAJOR_VERSION)
+#define IMPL "openmpi"
+#elif defined(MPICH_VERSION)
+#define IMPL "mpich"
+#else
+#define IMPL "unknown"
+#endif
+
+static const bench_prog prog = {
+    .name = "plogp",
+    .summary =
+        "Measures pLogP parameters L, os(m), or(m), g(m) between ranks 0 and 1 (others idle).\n"
+        "-s gives the base sizes (0 is always added); -r is the most samples per quantity.\n"
+        "Own flags: --ci F (95%% CI half-width of the median, relative; default 0.05),\n"
+        "  --min-reps N (default 8), --max-time S per quantity and size (default 4),\n"
+        "  --refine F (interpolation error that triggers a midpoint; 0 = off; default 0.1),\n"
+        "  --depth N (refinement depth, default 3), --stream-ms T (gap stream length, default\n"
+        "  max(20, 5 RTT(0))). Output: one JSON object per size, then an \"plogp_L\" line.",
+    .min_ranks = 2,
+};
+
+
+/* Tiny numeric helpers: the Makefile links no libm, and these only handle
+ * small non-negative values (sample counts, sizes, seconds). */
+static double fabs_(double x) { return x < 0 ? -x : x; }
+static double fmax_(double a, double b) { return a > b ? a : b; }
+static double floor_(double x) { double t = (double)(long long)x; return t > x ? t - 1 : t; }
+static double ceil_(double x) { double t = (double)(long long)x; return t < x ? t + 1 : t; }
+static double sqrt_(double x)
+{
+    if (x <= 0)
+        return 0;
+    double r = x > 1 ? x : 1;
+    for (int i = 0; i < 100; i++)
+        r = 0.5 * (r + x / r);
+    return r;
+}
+
+/* ------------------------------------------------------------ options */
+
+static double opt_ci = 0.05, opt_max_time = 4.0, opt_refine = 0.10, opt_stream_ms = 0;
+static int opt_min_reps = 8, opt_depth = 3;
+static char opt_error[256];
+
+/* Removes this program's own flags from argv before common.c parses the
+ * rest; errors are reported after MPI_Init, by rank 0 only. */
+static void strip_own_flags(int *argc, char **argv)
+{
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const char *names[] = {"--ci", "--max-time", "--refine", "--stream-ms", "--min-reps", "--depth"};
+        int hit = -1;
+        for (int k = 0; k < 6; k++)
+            if (strcmp(a, names[k]) == 0)
+                hit = k;
+        if (hit < 0) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= *argc) {
+            snprintf(opt_error, sizeof opt_error, "%s needs a value", a);
+            continue;
+        }
+        const char *v = argv[++i];
+        char *end;
+        double d = strtod(v, &end);
+        if (*end || !(d >= 0) || (hit >= 4 && (d < 1 || d != floor_(d) || d > 1e6))) {
+            snprintf(opt_error, sizeof opt_error, "%s: invalid value '%s'", a, v);
+            continue;
+        }
+        switch (hit) {
+        case 0: opt_ci = d; break;
+        case 1: opt_max_time = d; break;
+        case 2: opt_refine = d; break;
+        case 3: opt_stream_ms = d; break;
+        case 4: opt_min_reps = (int)d; break;
+        case 5: opt_depth = (int)d; break;
+        }
+    }
+    argv[out] = NULL;
+    *argc = out;
+}
+
+/* ----------------------------------------------------------- protocol */
+
+enum { CMD_PING = 1, CMD_OS, CMD_OR, CMD_GAP, CMD_DONE };
+enum { TAG_CMD = 7001, TAG_DATA, TAG_ACK };
+
+typedef struct {
+    int kind;
+    int batch;    /* samples in this batch */
+    int stream;   /* messages per gap sample */
+    double delay; /* or: seconds the receiver waits before MPI_Recv */
+    long long size;
+} cmd_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor_(s)) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static unsigned char *g_buf;
+static size_t g_cap;
+
+static void need_buf(size_t m)
+{
+    if (m <= g_cap)
+        return;
+    free(g_buf);
+    g_buf = bench_alloc(1, m);
+    g_cap = m;
+}
+
+/* Rank 1: serve commands until CMD_DONE. */
+static void serve(void)
+{
+    for (;;) {
+        cmd_t c;
+        MPI_Recv(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (c.kind == CMD_DONE)
+            return;
+        need_buf((size_t)c.size);
+        for (int b = 0; b < c.batch; b++) {
+            double reply = 0;
+            if (c.kind == CMD_GAP) {
+                for (int i = 0; i < c.stream; i++)
+                    MPI_Recv(g_buf, (int)c.size, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else if (c.kind == CMD_OR) {
+                sleep_s(c.delay);
+                double t0 = now();
+                MPI_Recv(g_buf, (int)c.size, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                reply = now() - t0;
+            } else {
+                MPI_Recv(g_buf, (int)c.size, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            }
+            MPI_Send(&reply, 1, MPI_DOUBLE, 0, TAG_ACK, MPI_COMM_WORLD);
+        }
+    }
+}
+
+/* --------------------------------------------------------- estimates */
+
+typedef struct {
+    double med, lo, hi;
+    int n, converged, stream;
+} est_t;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median and its distribution-free 95 % confidence interval: the order
+ * statistics n/2 -+ 0.98 sqrt(n) (normal approximation to the binomial). */
+static void median_ci(double *v, int n, est_t *e)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    e->n = n;
+    e->med = (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    int j = (int)floor_(n / 2.0 - 0.98 * sqrt_((double)n));
+    int k = (int)ceil_(n / 2.0 + 0.98 * sqrt_((double)n)) - 1;
+    if (j < 0)
+        j = 0;
+    if (k > n - 1)
+        k = n - 1;
+    e->lo = v[j];
+    e->hi = v[k];
+}
+
+static double g_rtt0; /* RTT(0) median, subtracted from gap streams */
+
+/* Rank 0: one quantity at one size, sampled until its CI is tight. */
+static est_t sample(int kind, size_t m, int stream, double delay, int max_reps)
+{
+    double *v = bench_alloc((size_t)max_reps, sizeof *v);
+    double *w = bench_alloc((size_t)max_reps, sizeof *w);
+    est_t e = {0};
+    int n = 0;
+    double t_start = now();
+    need_buf(m);
+    while (n < max_reps) {
+        int batch = n == 0 ? opt_min_reps : (n < 32 ? 4 : 8);
+        if (batch > max_reps - n)
+            batch = max_reps - n;
+        cmd_t c = {.kind = kind, .batch = batch, .stream = stream, .delay = delay, .size = (long long)m};
+        MPI_Send(&c, (int)sizeof c, MPI_BYTE, 1, TAG_CMD, MPI_COMM_WORLD);
+        for (int b = 0; b < batch; b++) {
+            double reply = 0, t0, t1, t_op = 0;
+            t0 = now();
+            if (kind == CMD_GAP) {
+                for (int i = 0; i < stream; i++)
+                    MPI_Send(g_buf, (int)m, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD);
+            } else {
+                MPI_Send(g_buf, (int)m, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD);
+                t_op = now();
+            }
+            MPI_Recv(&reply, 1, MPI_DOUBLE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            t1 = now();
+            switch (kind) {
+            case CMD_PING: v[n] = t1 - t0; break;
+            case CMD_OS: v[n] = t_op - t0; break;
+            case CMD_OR: v[n] = reply; break;
+            case CMD_GAP: v[n] = (t1 - t0 - g_rtt0) / stream; break;
+            }
+            n++;
+        }
+        memcpy(w, v, (size_t)n * sizeof *w);
+        median_ci(w, n, &e);
+        /* Below a microsecond the VM's timer and scheduler noise dominate:
+         * an interval that narrow is as converged as it can get. */
+        double half = 0.5 * (e.hi - e.lo);
+        e.converged = half <= opt_ci * fabs_(e.med) || half <= 1e-6;
+        if (e.converged || now() - t_start > opt_max_time)
+            break;
+    }
+    e.stream = stream;
+    free(v);
+    free(w);
+    return e;
+}
+
+typedef struct {
+    size_t m;
+    int refined;
+    est_t rtt, os, orr, g;
+} point_t;
+
+static point_t measure_size(size_t m, int max_reps)
+{
+    point_t p = {.m = m};
+    p.rtt = sample(CMD_PING, m, 1, 0, max_reps);
+    p.os = sample(CMD_OS, m, 1, 0, max_reps);
+    p.orr = sample(CMD_OR, m, 1, 1.5 * p.rtt.med + 5e-4, max_reps);
+    /* A stream long enough that the fixed cost (one RTT) is a small part
+     * of it, estimated from what this size already showed. */
+    double est = fmax_(fmax_(p.os.med, p.orr.med), fmax_(0.5 * (p.rtt.med - g_rtt0), 1e-6));
+    double target = opt_stream_ms > 0 ? opt_stream_ms * 1e-3 : fmax_(0.02, 5 * g_rtt0);
+    double n = ceil_(target / est);
+    int stream = n < 2 ? 2 : n > 2000 ? 2000 : (int)n;
+    p.g = sample(CMD_GAP, m, stream, 0, max_reps);
+    return p;
+}
+
+/* ------------------------------------------------------------- output */
+
+static void json_est(const char *name, const est_t *e)
+{
+    printf(",\"%s\":{\"median\":%.9g,\"ci_lo\":%.9g,\"ci_hi\":%.9g,\"n\":%d,\"converged\":%s", name,
+           e->med, e->lo, e->hi, e->n, e->converged ? "true" : "false");
+    if (e->stream > 1)
+        printf(",\"stream\":%d", e->stream);
+    printf("}");
+}
+
+static void hostname(int rank, char *out, size_t cap)
+{
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    if (bench_rank() == rank)
+        MPI_Get_processor_name(name, &len);
+    MPI_Bcast(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, rank, MPI_COMM_WORLD);
+    snprintf(out, cap, "%s", name);
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+    size_t x = ((const point_t *)a)->m, y = ((const point_t *)b)->m;
+    return (x > y) - (x < y);
+}
+
+#define MAX_POINTS 512
+
+static double interp(const point_t *a, const point_t *b, size_t m, int which)
+{
+    const est_t *ea = which == 0 ? &a->g : which == 1 ? &a->os : &a->orr;
+    const est_t *eb = which == 0 ? &b->g : which == 1 ? &b->os : &b->orr;
+    double f = (double)(m - a->m) / (double)(b->m - a->m);
+    return ea->med + f * (eb->med - ea->med);
+}
+
+/* Does point p (between a and b) bend away from the chord a-b? */
+static int bends(const point_t *a, const point_t *p, const point_t *b)
+{
+    for (int w = 0; w < 3; w++) {
+        const est_t *e = w == 0 ? &p->g : w == 1 ? &p->os : &p->orr;
+        double lin = interp(a, b, p->m, w);
+        double dev = fabs_(e->med - lin);
+        /* Only a deviation beyond the point's own uncertainty and above
+         * the timer floor counts; otherwise noise would drive refinement. */
+        if (dev > opt_refine * fabs_(e->med) && dev > 0.5 * (e->hi - e->lo) && dev > 2e-6)
+            return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o;
+    strip_own_flags(&argc, argv);
+    bench_start(&argc, &argv, &prog, &o);
+    if (opt_error[0]) {
+        if (bench_rank() == 0)
+            fprintf(stderr, "plogp: %s (try --help)\n", opt_error);
+        MPI_Finalize();
+        return BENCH_EXIT_USAGE;
+    }
+    if (opt_min_reps < 5)
+        opt_min_reps = 5; /* the median's CI needs a handful of samples */
+    int max_reps = o.reps < opt_min_reps ? opt_min_reps : o.reps;
+    char h0[MPI_MAX_PROCESSOR_NAME], h1[MPI_MAX_PROCESSOR_NAME];
+    hostname(0, h0, sizeof h0);
+    hostname(1, h1, sizeof h1);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    if (bench_rank() == 1) {
+        serve();
+    } else if (bench_rank() == 0) {
+        double t_begin = now();
+        static point_t pts[MAX_POINTS];
+        int np = 0;
+        /* Warm the connection (and its TCP window) up before any timing. */
+        for (int i = 0; i < o.warmup; i++)
+            sample(CMD_PING, 65536, 1, 0, opt_min_reps);
+        g_rtt0 = 0;
+        pts[np++] = measure_size(0, max_reps);
+        g_rtt0 = pts[0].rtt.med;
+        /* g(0) needed RTT(0) first: measure it again now that it is known. */
+        pts[0].g = sample(CMD_GAP, 0, pts[0].g.stream, 0, max_reps);
+        for (int i = 0; i < o.nsizes && np < MAX_POINTS; i++) {
+            int dup = 0;
+            for (int k = 0; k < np; k++)
+                dup |= pts[k].m == o.sizes[i];
+            if (!dup)
+                pts[np++] = measure_size(o.sizes[i], max_reps);
+        }
+        qsort(pts, (size_t)np, sizeof *pts, cmp_point);
+
+        /* Refinement: intervals whose midpoint bends away from the chord
+         * are split again, up to --depth levels. */
+        if (opt_refine > 0) {
+            typedef struct { size_t a, b; int depth; } iv_t;
+            static iv_t todo[4 * MAX_POINTS];
+            int nt = 0;
+            for (int k = 0; k + 1 < np; k++)
+                todo[nt++] = (iv_t){pts[k].m, pts[k + 1].m, 1};
+            while (nt > 0 && np < MAX_POINTS) {
+                iv_t iv = todo[--nt];
+                if (iv.a == 0 || iv.b < iv.a + 2)
+                    continue; /* no geometric midpoint between 0 and 1, or none at all */
+                size_t mid = (size_t)(long long)(0.5 + sqrt_((double)iv.a * (double)iv.b));
+                if (mid <= iv.a || mid >= iv.b)
+                    continue;
+                point_t p = measure_size(mid, max_reps);
+                p.refined = 1;
+                const point_t *pa = NULL, *pb = NULL;
+                for (int k = 0; k < np; k++) {
+                    if (pts[k].m == iv.a) pa = &pts[k];
+                    if (pts[k].m == iv.b) pb = &pts[k];
+                }
+                int bent = pa && pb && bends(pa, &p, pb);
+                pts[np++] = p;
+                if (bent && iv.depth < opt_depth && nt + 2 <= 4 * MAX_POINTS) {
+                    todo[nt++] = (iv_t){iv.a, mid, iv.depth + 1};
+                    todo[nt++] = (iv_t){mid, iv.b, iv.depth + 1};
+                }
+            }
+            qsort(pts, (size_t)np, sizeof *pts, cmp_point);
+        }
+        cmd_t done = {.kind = CMD_DONE};
+        MPI_Send(&done, (int)sizeof done, MPI_BYTE, 1, TAG_CMD, MPI_COMM_WORLD);
+
+        char version[MPI_MAX_LIBRARY_VERSION_STRING];
+        int vlen = 0;
+        MPI_Get_library_version(version, &vlen);
+        for (char *c = version; *c; c++)
+            if (*c == '\n' || *c == '\r' || *c == '"' || *c == '\\' || *c == '\t') {
+                *c = '\0';
+                break;
+            }
+        for (int k = 0; k < np; k++) {
+            printf("{\"op\":\"plogp\",\"impl\":\"%s\",\"impl_version\":\"%s\",\"hosts\":[\"%s\",\"%s\"],"
+                   "\"size_bytes\":%zu,\"refined\":%s",
+                   IMPL, version, h0, h1, pts[k].m, pts[k].refined ? "true" : "false");
+            json_est("rtt_s", &pts[k].rtt);
+            json_est("os_s", &pts[k].os);
+            json_est("or_s", &pts[k].orr);
+            json_est("g_s", &pts[k].g);
+            printf("}\n");
+        }
+        double L = 0.5 * pts[0].rtt.med - pts[0].g.med;
+        printf("{\"op\":\"plogp_L\",\"impl\":\"%s\",\"hosts\":[\"%s\",\"%s\"],\"L_s\":%.9g,\"rtt0_s\":%.9g,"
+               "\"g0_s\":%.9g,\"points\":%d,\"ci\":%g,\"elapsed_s\":%.3f}\n",
+               IMPL, h0, h1, L > 0 ? L : 0.5 * pts[0].rtt.med, pts[0].rtt.med, pts[0].g.med, np, opt_ci,
+               now() - t_begin);
+        fflush(stdout);
+    }
+    free(g_buf);
+    return bench_finish(0);
+}

@@ -1,0 +1,115 @@
+"""The two-level grid model: pLogP with LAN parameters inside a site, WAN or split parameters across.
+
+The layout is the one of the MPI5000 evaluation (seed 000 §10.2) and of
+`gridsplit bench gather`: rank 0 (the root) alone on one site, ranks 1..n on
+another. Every message between the sites crosses the WAN either directly
+(`wan` parameters) or through the two gateways (`split` parameters, measured
+with libgridsplit.so preloaded, so they include both relays); messages inside
+the remote site use `lan` parameters. Each formula is the seed 002 one
+(Tables 1-3) with the parameters of the hop it describes:
+
+* flat gather / flat broadcast (Table 2 l.1, Table 1 l.1): every message
+  crosses, n g_X(m) + L_X;
+* chain broadcast (Table 1 l.4) per hop: (g_X(m) + L_X) + (n-1)(g_lan(m) + L_lan);
+* segmented chain (Table 1 l.6) per hop: sum over hops of (g_h(s) + L_h), plus
+  (k-1) times the slowest hop's g_h(s), which sets the pipeline's pace;
+* all-to-all (Table 3): the bounds of the busiest rank, each rank's (P-1)
+  terms taken with the parameters of the path to each peer, and gamma fitted
+  on the two-site measurements;
+* two-level (hierarchical) gather and broadcast, the MagPIe scheme the seed's
+  introduction discusses: one WAN message carrying the site's data
+  (g_X(n m) + L_X) plus the best single-site algorithm among the n remote
+  ranks. Not a pattern the MPI5000 gather runs: offered by `advise` as the
+  algorithm to use when it wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .collectives import best_segment, segments, select
+from .plogp import ParamSet, PLogP
+
+GRID_ALGOS = ("gather_flat", "bcast_flat", "bcast_chain", "bcast_seg_chain", "alltoall_rotated")
+
+
+def _hops(lan: PLogP, x: PLogP, n: int) -> list[PLogP]:
+    return [x] + [lan] * (n - 1)
+
+
+def gather_flat(lan: PLogP, x: PLogP, n: int, m: int) -> float:
+    return n * x.g(m) + x.L
+
+
+def bcast_flat(lan: PLogP, x: PLogP, n: int, m: int) -> float:
+    return n * x.g(m) + x.L
+
+
+def bcast_chain(lan: PLogP, x: PLogP, n: int, m: int) -> float:
+    return sum(h.g(m) + h.L for h in _hops(lan, x, n))
+
+
+def bcast_seg_chain_s(lan: PLogP, x: PLogP, n: int, m: int, s: int) -> float:
+    hops = _hops(lan, x, n)
+    return sum(h.g(s) + h.L for h in hops) + (segments(m, s) - 1) * max(h.g(s) for h in hops)
+
+
+def bcast_seg_chain(lan: PLogP, x: PLogP, n: int, m: int, min_seg: int = 1) -> tuple[float, int]:
+    s, t = best_segment(lambda _p, _P, mm, ss: bcast_seg_chain_s(lan, x, n, mm, ss), lan, n + 1, m, min_seg)
+    return t, s
+
+
+def alltoall_bounds(lan: PLogP, x: PLogP, n: int, m: int) -> tuple[float, float]:
+    """(lower, upper) of Table 3 for the busiest rank of the two-site layout."""
+    if n < 1:
+        return 0.0, 0.0
+    root_lo = n * x.g(m) + x.L
+    root_up = n * (x.os(m) + x.or_at(m)) + x.L
+    far_lo = (n - 1) * lan.g(m) + x.g(m) + x.L
+    far_up = (n - 1) * (lan.os(m) + lan.or_at(m)) + x.os(m) + x.or_at(m) + x.L
+    return max(root_lo, far_lo), max(root_up, far_up)
+
+
+def alltoall(lan: PLogP, x: PLogP, n: int, m: int, gamma: float) -> float:
+    lo, up = alltoall_bounds(lan, x, n, m)
+    return lo + gamma * (up - lo)
+
+
+@dataclass(frozen=True)
+class GridPrediction:
+    algo: str
+    seconds: float
+    segment: int | None = None
+    detail: str = ""
+
+
+def predict(algo: str, lan: PLogP, x: PLogP, n: int, m: int, gamma: float | None = None,
+            segment: int | None = None, min_seg: int = 1) -> GridPrediction:
+    if algo == "gather_flat":
+        return GridPrediction(algo, gather_flat(lan, x, n, m))
+    if algo == "bcast_flat":
+        return GridPrediction(algo, bcast_flat(lan, x, n, m))
+    if algo == "bcast_chain":
+        return GridPrediction(algo, bcast_chain(lan, x, n, m))
+    if algo == "bcast_seg_chain":
+        if segment is not None:
+            return GridPrediction(algo, bcast_seg_chain_s(lan, x, n, m, segment), segment)
+        t, s = bcast_seg_chain(lan, x, n, m, min_seg)
+        return GridPrediction(algo, t, s)
+    if algo in ("alltoall_rotated", "alltoall_direct"):
+        return GridPrediction(algo, alltoall(lan, x, n, m, gamma if gamma is not None else 0.0))
+    if algo == "gather_two_level":
+        local = select("gather", lan, n, m)[0] if n > 1 else None
+        t = (local.seconds if local else 0.0) + x.g(n * m) + x.L
+        return GridPrediction(algo, t, None, f"{local.algo} inside the site, then one {n * m}-byte message" if local else "one message")
+    if algo == "bcast_two_level":
+        local = select("bcast", lan, n, m, min_seg=min_seg)[0] if n > 1 else None
+        t = x.g(m) + x.L + (local.seconds if local else 0.0)
+        return GridPrediction(algo, t, local.segment if local else None,
+                              f"one message across, then {local.algo} inside the site" if local else "one message")
+    raise ValueError(f"no grid model for {algo}")
+
+
+def paths(ps: ParamSet, mode: str) -> tuple[PLogP, PLogP]:
+    """(lan, cross-site) parameters for mode 'direct' or 'split'."""
+    return ps.path("lan"), ps.path("wan" if mode == "direct" else "split")
