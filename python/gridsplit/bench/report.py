@@ -152,7 +152,7 @@ def fig_heatmap(summary: list[dict], outdir: Path) -> list[str]:
         ax.set_ylabel("sender nodes")
         ax.set_title(f"{op}, {impl}, split ({var}) / direct time\n(< 1: splitting is faster)", fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8)
-        out.append(_png(fig, outdir, f"ratio-{op}-{impl}-{var.replace('/', '-')}.png"))
+        out.append(_png(fig, outdir, f"ratio-{op}-{impl}-{var.replace(':', '-')}.png"))
     return out
 
 
@@ -167,7 +167,7 @@ def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
         sizes = sorted({r["size_bytes"] for r in sel})
         variants = sorted({_variant(r) for r in sel}, key=lambda v: (v != "direct", v))
         fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-        for n in nodes:
+        for ni, n in enumerate(nodes):
             for v in variants:
                 def series(fn):
                     xs, ys = [], []
@@ -178,13 +178,13 @@ def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
                             xs.append(m)
                             ys.append(statistics.median(vals))
                     return xs, ys
-                style = "-" if v == "direct" else "--"
-                lab = f"{n} nodes, {v}"
-                axes[0].plot(*series(lambda r: r["cpu"]["senders"]["mean_pct"]), style, marker=".", label=lab)
-                axes[1].plot(*series(lambda r: r["cpu"]["root"]["pct"]), style, marker=".", label=lab)
+                # One colour per node count, one line style per mode: the three panels read alike.
+                kw = dict(color=f"C{ni % 10}", ls="-" if v == "direct" else "--", marker=".", label=f"{n} nodes, {v}")
+                axes[0].plot(*series(lambda r: r["cpu"]["senders"]["mean_pct"]), **kw)
+                axes[1].plot(*series(lambda r: r["cpu"]["root"]["pct"]), **kw)
                 if v != "direct":
                     axes[2].plot(*series(lambda r: max((x["pct"] or 0) for x in r["cpu"]["gateways"].values())
-                                         if r["cpu"]["gateways"] else None), style, marker=".", label=lab)
+                                         if r["cpu"]["gateways"] else None), **kw)
         for ax, title in zip(axes, ("sender nodes (mean, % of a core)", "root node (% of a core)",
                                     "busiest gateway daemon (% of a core)")):
             ax.set_xscale("log")
@@ -193,6 +193,8 @@ def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
             ax.grid(True, alpha=0.3)
         axes[2].axhline(25, color="k", lw=0.8, ls=":")
         axes[0].legend(fontsize=6, ncol=2)
+        if axes[2].lines:
+            axes[2].legend(fontsize=6)
         fig.suptitle(f"{op}, {impl}: process CPU during the measurement (MPI libraries poll while waiting)")
         fig.tight_layout()
         out.append(_png(fig, outdir, f"cpu-{op}-{impl}.png"))

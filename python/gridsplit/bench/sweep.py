@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -234,7 +235,8 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps: int,
         if trace:
             trace.clear()
         t0 = time.monotonic()
-        cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True)
+        cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True,
+                    expect_lines=1)
         wall = time.monotonic() - t0
         gw_after = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
         after = C.snapshot_many([state.ns(h) for h in watched.values()])
@@ -520,6 +522,10 @@ def _choice_list(allowed):
     return check
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def make_command(op: str) -> click.Command:
     defaults = {"pingpong": ("1", "8,1K,10K,100K,1M")}.get(op, ("2,4,8,12,16,20", "1K,10K,100K,500K,1M,2M,10M"))
 
@@ -554,6 +560,9 @@ def make_command(op: str) -> click.Command:
     def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, check, out,
             make_report):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
+        # must still stop its MPI job and remove its trace instance.
+        signal.signal(signal.SIGTERM, _interrupt)
         if any(n < 1 for n in nodes):
             raise GridsplitError("--nodes: counts must be >= 1")
         if out is None:

@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -99,13 +100,15 @@ TIMED_OUT = -9  # returncode of a job stopped at its timeout when keep_partial i
 
 def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
            env: dict[str, str] | None = None, capture: bool = False, timeout: float | None = None,
-           keep_partial: bool = False) -> subprocess.CompletedProcess:
+           keep_partial: bool = False, expect_lines: int = 0, grace: float = 15.0) -> subprocess.CompletedProcess:
     """Run one MPI job in the lab.
 
     With keep_partial, a job stopped at its timeout returns what it printed
     (returncode TIMED_OUT) instead of raising: a benchmark whose results are
     complete but whose MPICH hung in MPI_Finalize (see mpi/common.c) still
-    measured something valid.
+    measured something valid. With expect_lines, the job is also given only
+    `grace` seconds to exit once it has printed that many JSON lines, so such
+    a hang costs seconds instead of the whole timeout.
     """
     if not prog:
         raise GridsplitError("no program given; usage: gridsplit lab mpirun -n N -- PROG ARGS")
@@ -117,18 +120,38 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
     proc = subprocess.Popen(argv, env=full_env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.PIPE if capture else None)
+    out: list[str] = []
+    err: list[str] = []
+    readers = []
+    if capture:
+        # Reader threads instead of communicate(): the output must be watched
+        # while the job runs (expect_lines) and kept if the job is stopped.
+        for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
+            t = threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")), daemon=True)
+            t.start()
+            readers.append(t)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done_at = None
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop_group(proc)
-        if keep_partial:
-            stdout, stderr = proc.communicate()
-            return subprocess.CompletedProcess(argv, TIMED_OUT, stdout, stderr)
-        raise GridsplitError(f"MPI job did not finish within {timeout:.0f} s and was stopped: {shlex.join(prog)}") from None
+        while proc.poll() is None:
+            now = time.monotonic()
+            if expect_lines and done_at is None and sum(l.startswith("{") for l in out) >= expect_lines:
+                done_at = now
+            if (deadline is not None and now > deadline) or (done_at is not None and now > done_at + grace):
+                _stop_group(proc)
+                for t in readers:
+                    t.join(timeout=5)
+                if keep_partial:
+                    return subprocess.CompletedProcess(argv, TIMED_OUT, "".join(out), "".join(err))
+                raise GridsplitError(f"MPI job did not finish within {timeout:.0f} s and was stopped: {shlex.join(prog)}")
+            time.sleep(0.05)
     except KeyboardInterrupt:
         _stop_group(proc)
         raise
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+    for t in readers:
+        t.join(timeout=5)
+    return subprocess.CompletedProcess(argv, proc.returncode, "".join(out) if capture else None,
+                                       "".join(err) if capture else None)
 
 
 def descendants(root: int) -> list[int]:

@@ -459,6 +459,8 @@ def _teardown(names: LabNames) -> list[str]:
             if names.owns_ns(d.name):
                 shutil.rmtree(d, ignore_errors=True)
     shutil.rmtree(names.state_dir, ignore_errors=True)
+    from .tcptrace import remove_instances
+    remove_instances(names.prefix)
     still = [ns for ns in list_netns() if names.owns_ns(ns)]
     if still:
         raise GridsplitError(f"could not remove namespaces {', '.join(still)}; a process may hold them (see `ip netns pids NS`)")

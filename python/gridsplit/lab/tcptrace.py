@@ -152,3 +152,11 @@ class Trace:
             self.dir.rmdir()  # tracefs instances are removed with rmdir, contents and all
         except OSError:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def remove_instances(prefix: str) -> None:
+    """Remove trace instances a crashed run of this lab left behind (`lab down`)."""
+    inst = TRACEFS / "instances"
+    if inst.is_dir():
+        for d in inst.glob(f"{prefix}-*"):
+            Trace(d.name).close()
