@@ -33,8 +33,14 @@ def sites_toml(topo: Topology) -> str:
     return "\n".join(out)
 
 
-def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN) -> str:
-    """The full gridsplitd config for the gateway of `site`."""
+def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
+                 measured: dict[str, dict[str, Any]] | None = None, measured_from: str = "") -> str:
+    """The full gridsplitd config for the gateway of `site`.
+
+    `measured` maps a peer site to WAN settings measured by netcheck
+    (netcheck.tuning.gateway_links: rtt_ms, bandwidth_bps, socket_buffer,
+    pacing_bps, congestion); they replace the topology's figures for that link.
+    """
     s = topo.site(site)
     if not s.gateway:
         raise GridsplitError(f"site {site!r} has no gateway in topology {topo.name!r} (set gateway = true)")
@@ -64,8 +70,17 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN) -
         "",
     ]
     for w in peers:
-        lines += ["[[link]]", f'peer = "{w.peer(site)}"', f"bandwidth_bps = {int(w.rate_mbps * 1e6)}",
-                  f"rtt_ms = {w.rtt_ms:g}", ""]
+        m = (measured or {}).get(w.peer(site))
+        if m is None:
+            if measured is not None:
+                lines.append(f"# {w.peer(site)}: not in {measured_from or 'the netcheck report'}; topology figures")
+            lines += ["[[link]]", f'peer = "{w.peer(site)}"', f"bandwidth_bps = {int(w.rate_mbps * 1e6)}",
+                      f"rtt_ms = {w.rtt_ms:g}", ""]
+            continue
+        lines += [f"# {w.peer(site)}: measured by netcheck ({measured_from}): buffer = headroom x BDP, pacing at the "
+                  f"path's rate", "[[link]]", f'peer = "{w.peer(site)}"', f"bandwidth_bps = {m['bandwidth_bps']}",
+                  f"rtt_ms = {m['rtt_ms']:g}", f"socket_buffer = {m['socket_buffer']}", f"pacing_bps = {m['pacing_bps']}",
+                  f'congestion = "{m["congestion"]}"', ""]
     return "\n".join(lines) + "\n" + sites_toml(topo)
 
 

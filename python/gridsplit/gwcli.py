@@ -32,9 +32,21 @@ def gateway() -> None:
 @click.option("--psk-file", default="/etc/gridsplit/psk", show_default=True,
               help="Pre-shared key file (same content on every gateway, ≥ 16 bytes, mode 600).")
 @click.option("--admin", default=ADMIN, show_default=True, help="Admin endpoint (JSON /status, Prometheus /metrics).")
-def config(topology: str, site: str, psk_file: str, admin: str) -> None:
+@click.option("--from-netcheck", "netcheck_file", metavar="FILE",
+              help="Take each WAN link's socket buffer, pacing rate, RTT and CC from a netcheck JSON report.")
+def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: str | None) -> None:
     """Print the gridsplitd config of SITE's gateway (also the nodes' GRIDSPLIT_CONFIG)."""
-    click.echo(gateway_toml(load_topology(topology), site, psk_file, admin), nl=False)
+    topo = load_topology(topology)
+    measured = None
+    if netcheck_file:
+        from .netcheck.measure import load_report
+        from .netcheck.tuning import gateway_links
+        topo.site(site)
+        measured = gateway_links(load_report(netcheck_file), site)
+        if not measured:
+            raise GridsplitError(f"{netcheck_file}: no measured pair involves site {site!r}; "
+                                 f"run `gridsplit netcheck` on pairs with {site} first")
+    click.echo(gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or ""), nl=False)
 
 
 @gateway.command()
