@@ -90,7 +90,9 @@ def model() -> None:
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Parameter file to write [results/model/plogp-DATE-TOPOLOGY-IMPL.json].")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Also draw Fig. 1 next to the file.")
-def measure(impl: str, pairs: str, max_size: str, ci: float, reps: int, refine: float, out: str | None, plot: bool) -> None:
+@click.option("--sizes", "extra", default="", help="Sizes to measure exactly besides the powers of four (e.g. the ones you will predict).")
+def measure(impl: str, pairs: str, max_size: str, ci: float, reps: int, refine: float, out: str | None, plot: bool,
+            extra: str) -> None:
     """Measure L, os(m), or(m), g(m) on the lab's LAN, WAN and split paths (needs `gridsplit lab up`)."""
     from .measure import default_out, measure as run
     from .plots import fig1_plogp
@@ -100,7 +102,7 @@ def measure(impl: str, pairs: str, max_size: str, ci: float, reps: int, refine: 
         raise GridsplitError(f"--max-size {max_size}: at least 1K, so that the bandwidth part of g(m) is measured")
     con = _con()
     ps = run(state, impl, [p.strip() for p in pairs.split(",") if p.strip()], ms, ci, reps, refine,
-             progress=lambda msg: con.print(f"[dim]·[/dim] {msg}"))
+             progress=lambda msg: con.print(f"[dim]·[/dim] {msg}"), extra_sizes=_sizes(extra) if extra.strip() else None)
     ps.meta["command"] = _command()
     path = Path(out) if out else default_out(state, impl, OUTDIR)
     ps.save(path)
@@ -187,7 +189,7 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
             raise GridsplitError(f"--modes: unknown mode {md!r}; use direct and/or split")
     pairs = ["lan"] + (["wan"] if "direct" in mode_list else []) + (["split"] if "split" in mode_list else [])
     if do_measure:
-        ps = run_measure(state, impl, pairs, 2000000, 0.05, 60, 0.10, progress)
+        ps = run_measure(state, impl, pairs, 2000000, 0.05, 60, 0.10, progress, extra_sizes=_sizes(sizes))
         ps.meta["command"] = _command()
         ps.save(outdir / "plogp.json")
         fig1_plogp(ps, outdir / "fig01-plogp.png")

@@ -125,9 +125,17 @@ def alltoall_lower(p: PLogP, P: int, m: int) -> float:
     return (P - 1) * p.g(m) + p.L if P > 1 else 0.0
 
 
+def alltoall_bounds(p: PLogP, P: int, m: int) -> tuple[float, float]:
+    """Table 3's bounds, ordered. Over TCP an eager send returns once the kernel has the
+    bytes, so os(m) + or(m) can be below g(m) and the "upper" formula below the "lower"
+    one; the interpolation is kept between the smaller and the larger of the two."""
+    a, b = alltoall_lower(p, P, m), alltoall_upper(p, P, m)
+    return min(a, b), max(a, b)
+
+
 def alltoall(p: PLogP, P: int, m: int, gamma: float) -> float:
     # §5.1: T = LimInférieure + (LimSupérieure - LimInférieure) x gamma
-    lo, up = alltoall_lower(p, P, m), alltoall_upper(p, P, m)
+    lo, up = alltoall_bounds(p, P, m)
     return lo + (up - lo) * gamma
 
 

@@ -67,7 +67,8 @@ def alltoall_bounds(lan: PLogP, x: PLogP, n: int, m: int) -> tuple[float, float]
     root_up = n * (x.os(m) + x.or_at(m)) + x.L
     far_lo = (n - 1) * lan.g(m) + x.g(m) + x.L
     far_up = (n - 1) * (lan.os(m) + lan.or_at(m)) + x.os(m) + x.or_at(m) + x.L
-    return max(root_lo, far_lo), max(root_up, far_up)
+    lo, up = max(root_lo, far_lo), max(root_up, far_up)
+    return min(lo, up), max(lo, up)  # ordered, as collectives.alltoall_bounds
 
 
 def alltoall(lan: PLogP, x: PLogP, n: int, m: int, gamma: float) -> float:

@@ -21,24 +21,29 @@ from .plogp import ParamSet, PLogP
 PATH_KINDS = ("lan", "wan", "split")
 
 
-def base_sizes(max_size: int) -> list[int]:
-    """Powers of four from 1 byte up to max_size (plogp refines between them where curves bend)."""
+def base_sizes(max_size: int, extra: list[int] | None = None) -> list[int]:
+    """Powers of four from 1 byte up to max_size, plus `extra` (plogp refines where curves bend).
+
+    The sizes a validation will use are worth measuring exactly: a protocol
+    switch (Open MPI's TCP eager limit is 64 KiB) is a step, and a 64 KB
+    message interpolated between 46 KB and 64 KiB would land on the wrong side.
+    """
     out, s = [], 1
     while s < max_size:
         out.append(s)
         s *= 4
-    return out + [max_size]
+    return sorted({*out, max_size, *(x for x in (extra or []) if 0 < x <= max_size)})
 
 
 def measure(state: LabState, impl: str, kinds: list[str], max_size: int, ci: float, max_reps: int,
-            refine: float, progress: Callable[[str], None] = lambda m: None) -> ParamSet:
+            refine: float, progress: Callable[[str], None] = lambda m: None, extra_sizes: list[int] | None = None) -> ParamSet:
     for k in kinds:
         if k not in PATH_KINDS:
             raise GridsplitError(f"--pairs: unknown path {k!r}; choose from {', '.join(PATH_KINDS)}")
     if "split" in kinds and not state.data.get("gateways"):
         raise GridsplitError("--pairs split needs the lab's gateways (a topology with gateway = true, without --no-gateways); or leave split out")
     pairs = pick_pairs(state)
-    sizes = ",".join(str(s) for s in base_sizes(max_size))
+    sizes = ",".join(str(s) for s in base_sizes(max_size, extra_sizes))
     paths = {}
     for kind in kinds:
         hosts = list(pairs.lan if kind == "lan" else pairs.wan)

@@ -28,8 +28,8 @@ from ..bench.units import fmt_size
 from ..errors import GridsplitError
 from ..lab.realize import LabState
 from . import grid
-from .collectives import (ALGORITHMS, ALLTOALL_ALGOS, alltoall, alltoall_lower, alltoall_upper, fit_gamma,
-                          op_of, predict, rel_error)
+from .collectives import (ALGORITHMS, ALLTOALL_ALGOS, alltoall, alltoall_bounds, fit_gamma, op_of, predict,
+                          rel_error)
 from .labrun import RANK_ENV, layout, run_json
 from .plogp import ParamSet
 
@@ -131,7 +131,7 @@ def _gamma_cv(pts: list[tuple[Any, float, float, float]]) -> tuple[float, dict[A
 def analyse_lan(raw: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
     lan = ps.path("lan")
     agg = _aggregate(raw, ("algo", "P", "size"))
-    a2a = [(P, alltoall_lower(lan, P, m), alltoall_upper(lan, P, m), v["measured"])
+    a2a = [(P, *alltoall_bounds(lan, P, m), v["measured"])
            for (a, P, m), v in agg.items() if a in ALLTOALL_ALGOS]
     gamma, gamma_cv = _gamma_cv(a2a) if a2a else (0.0, {})
     points = []
@@ -139,8 +139,8 @@ def analyse_lan(raw: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
         row = {"algo": a, "P": P, "size": m, **v}
         if a in ALLTOALL_ALGOS:
             g = gamma_cv.get(P, gamma)
-            row.update(predicted=alltoall(lan, P, m, g), gamma_used=g, lower=alltoall_lower(lan, P, m),
-                       upper=alltoall_upper(lan, P, m))
+            lo, up = alltoall_bounds(lan, P, m)
+            row.update(predicted=alltoall(lan, P, m, g), gamma_used=g, lower=lo, upper=up)
         else:
             row["predicted"] = predict(a, lan, P, m, segment=v["segment"]).seconds
         row["error"] = rel_error(row["predicted"], row["measured"])
