@@ -69,10 +69,11 @@ def test_untuned_170kb_on_1g_10ms_is_window_limited():
     assert "Raise the buffer maxima" in v["why"]
 
 
-def test_tuned_on_1g_10ms_is_ok():
-    v, flow, ctx = judge("ok_tuned_1g.json")
+def test_tuned_is_ok():
+    v, flow, ctx = judge("ok_tuned.json")
+    assert ctx["tuned_buffer_bytes"] >= 2 * v["evidence"]["bdp_bytes"]
     assert v["verdict"] == "ok", v["why"]
-    assert v["fraction"] >= 0.9
+    assert v["fraction"] >= 0.8
 
 
 def test_random_loss_is_loss_limited_not_window_limited():
@@ -83,26 +84,45 @@ def test_random_loss_is_loss_limited_not_window_limited():
     assert "Mathis" in v["why"]
 
 
-def test_cpu_bound_sender_is_host_limited():
-    v, flow, ctx = judge("cpu_bound.json")
-    assert flow["cpu_sender_percent"] >= 90 or flow["cpu_receiver_percent"] >= 90
-    assert v["verdict"] == "host-limited", v["why"]
-    assert "CPU" in v["why"]
+def test_cpu_bound_end_is_host_limited():
+    # A recorded flow, judged as if its sender's iperf3 had used a whole CPU
+    # (iperf3 -l 64 / -l 1 did not saturate a core on this VM to record one).
+    big = {"net.ipv4.tcp_rmem": [4096, 131072, 4194304], "net.ipv4.tcp_wmem": [4096, 16384, 4194304]}
+    v, flow, ctx = judge("ok_tuned.json", capacity_mbps=1000, src=big, dst=big)
+    assert v["verdict"] == "unexplained", v["why"]
+    raw, _ = recorded("ok_tuned.json")
+    flow = {**D.summarize_iperf(raw), "cpu_sender_percent": 97.0}
+    v = D.diagnose(flow, rtt=ctx["rtt"], capacity_mbps=1000, max_goodput_mbps=956, src=big, dst=big)
+    assert v["verdict"] == "host-limited" and "97 % of a CPU" in v["why"], v["why"]
 
 
 def test_backlog_ceiling_of_seed_001():
     # Seed 001 §3: netdev_max_backlog 300 at HZ 250 carries 300 x 250 x 1500 B/s = 900 Mb/s.
     assert D.backlog_ceiling_mbps(300, 250) == pytest.approx(900.0)
-    # The recorded OK flow on hosts with those settings and a 10 GbE NIC: it sits at the ceiling.
-    host = {"net.core.netdev_max_backlog": 300, "hz": 250}
-    v, flow, ctx = judge("ok_tuned_1g.json", src=host, dst=host, capacity_mbps=10000)
+    assert tuning.backlog_for(1000, 250) == 1000     # the seed's advice for 1 GbE
+    # The recorded OK flow (~90 Mb/s on a 100 Mb/s path) on hosts whose backlog
+    # allows only 30 x 250 x 1500 B/s = 90 Mb/s, behind a 1 Gb/s NIC: at the ceiling.
+    host = {"net.core.netdev_max_backlog": 30, "hz": 250,
+            "net.ipv4.tcp_rmem": [4096, 131072, 4194304], "net.ipv4.tcp_wmem": [4096, 16384, 4194304]}
+    v, flow, ctx = judge("ok_tuned.json", src=host, dst=host, capacity_mbps=1000)
     assert v["verdict"] == "host-limited", v["why"]
     assert "netdev_max_backlog" in v["why"]
-    # At 1 Gb/s the same flow is OK, with the latent limit noted.
-    v, _, _ = judge("ok_tuned_1g.json", src=host, dst=host)
+    # On its own 100 Mb/s path the same flow is OK, with the latent limit noted.
+    v, _, _ = judge("ok_tuned.json", src=host, dst=host)
     assert v["verdict"] == "ok"
-    assert any("900 Mb/s" in n for n in v["notes"])
-    assert tuning.backlog_for(1000, 250) == 1000     # the seed's advice
+    assert any("90 Mb/s" in n for n in v["notes"])
+
+
+def test_emulator_falling_behind_is_blamed_not_the_path():
+    # Ten recorded flows on what would be a 10 Gb/s path, while (as the lab
+    # reported in such runs on this VM) the delay line released 90 % of frames late.
+    raw, ctx = recorded("parallel10.json")
+    flow = D.summarize_iperf(raw)
+    flow["emulator"] = {"ok": False, "late_fraction": 0.9, "worst_late_us": 64000}
+    n = ctx["tuned_buffer_bytes"]
+    v = D.diagnose(flow, rtt=ctx["rtt"], capacity_mbps=10000, max_goodput_mbps=9564,
+                   src={"net.ipv4.tcp_wmem": [4096, 16384, n]}, dst={"net.ipv4.tcp_rmem": [4096, 131072, n]})
+    assert v["verdict"] == "host-limited" and "delay line" in v["why"], v["why"]
 
 
 def test_parallel_flows_summary_and_jain():
@@ -188,6 +208,21 @@ def test_bad_input_is_one_line(tmp_path, args, expect):
     assert cp.returncode == 2, cp.stdout + cp.stderr
     assert expect in cp.stderr
     assert "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_ssh_refused_is_unmeasured_with_reason(tmp_path):
+    # Loopback only: nothing listens on port 1, so ssh is refused at once.
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[ssh]\noptions = ["-p", "1"]\nconnect_timeout = 2\n'
+                     '[[site]]\nname = "a"\nhosts = ["127.0.0.1"]\n[[site]]\nname = "b"\nhosts = ["localhost", "127.0.0.2"]\n')
+    out = tmp_path / "nc.json"
+    cp = gs("netcheck", "--hosts", str(hosts), "--out", str(out))
+    assert cp.returncode == 0, cp.stderr
+    rep = json.loads(out.read_text())
+    assert [c["status"] for c in rep["cells"]] == ["unmeasured", "unmeasured"]
+    for c in rep["cells"]:
+        assert "Connection refused" in c["reason"] and "site a" in c["reason"] and "127.0.0.2" in c["reason"]
+    assert "unmeasured" in cp.stdout and "Connection refused" in cp.stdout
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ trap 'gridsplit lab down >/dev/null 2>&1' EXIT
 gridsplit lab down >/dev/null
 gridsplit lab up --topology tests/data/netcheck/wizard2.toml
 for i in 1 2 3; do
-    gridsplit netcheck --lab --pairs bordeaux:lyon --streams 1,2,5,10 --duration 10 \
+    gridsplit netcheck --lab --pairs bordeaux:lyon --streams 1,2,5,10 --duration 5 \
         --out $R/$TAG-wizard2-fullrate-run$i.json --png $R/wizard2-fullrate-run$i
 done
 gridsplit lab down >/dev/null
@@ -23,7 +23,7 @@ gridsplit lab down >/dev/null
 gridsplit lab up --topology g5k9 --no-gateways
 gridsplit netcheck --lab --duration 4 --streams none --out $R/$TAG-g5k9-scaled.json --png $R/g5k9-scaled \
     --reference "$REF" --details 200
-gridsplit netcheck --lab --pairs rennes:nancy --one-way --streams 1,2,5,10 --duration 10 \
+gridsplit netcheck --lab --pairs rennes:nancy --one-way --streams 1,2,5,10 --duration 5 \
     --out $R/$TAG-g5k9-scaled-parallel.json
 gridsplit lab down >/dev/null
 python3 $R/summarize.py $R/$TAG-*.json

@@ -33,6 +33,9 @@ BACKLOG_PACKET_BYTES = 1500       # seed 001 §3's average packet
 # Linux keeps part of each buffer for its own bookkeeping (tcp_adv_win_scale,
 # skb overhead), so a window-limited flow carries ~50-75 % of the maximum.
 WINDOW_FILL_MIN, WINDOW_FILL_MAX = 0.3, 1.15
+# The receive window the receiver advertised is already the usable window, so
+# a flow limited by it keeps nearly all of it in flight.
+RWND_FILL_MIN = 0.75
 DEFAULT_THRESHOLDS = {"ok": 0.8, "critical": 0.2}
 
 
@@ -161,7 +164,8 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
     in_flight = g * 1e6 / 8 * srtt / 1000
     bdp = capacity_mbps * 1e6 / 8 * base_rtt / 1000
     p = flow.get("retransmit_rate", 0.0)
-    mathis = mathis_mbps(flow.get("mss", 1448), srtt, p)
+    # Per stream; n parallel streams each get their own share of the bound.
+    mathis = mathis_mbps(flow.get("mss", 1448), srtt, p) * max(flow.get("streams", 1), 1)
     buf = buffer_limits(flow, src, dst)
     backlog = backlog_ceiling_mbps(min((f.get("net.core.netdev_max_backlog") or 10**9) for f in (src, dst)),
                                    min((f.get("hz") or 10**9) for f in (src, dst)))
@@ -176,6 +180,10 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
           "backlog_ceiling_mbps": round(backlog, 1) if backlog else None,
           "cpu_percent": cpu or None, "cwnd_bytes": flow.get("max_snd_cwnd"), "rwnd_bytes": flow.get("max_snd_wnd")}
     notes = []
+    if (flow.get("emulator") or {}).get("ok") is False:
+        e = flow["emulator"]
+        notes.append(f"the lab's delay line fell behind during this test ({e.get('late_fraction', 0):.1%} of frames "
+                     f"> 200 µs late): figures include this machine's load")
     if backlog and backlog < capacity_mbps:
         notes.append(f"latent host limit: netdev_max_backlog x HZ x 1500 B = {backlog:.0f} Mb/s is below the "
                      f"{capacity_mbps:g} Mb/s capacity (seed 001 §3)")
@@ -193,16 +201,23 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
     # above the maximum, minimum buffer sizes): the advertised window is then
     # the better witness.
     rwnd = flow.get("max_snd_wnd")
-    window, wtext = buf["bytes"], buf["text"]
-    if rwnd and (window is None or rwnd < window or in_flight > WINDOW_FILL_MAX * window):
-        window, wtext = rwnd, f"receive window the receiver advertised ({_fmt_bytes(rwnd)} at most)"
+    window, wtext, fill_min = buf["bytes"], buf["text"], WINDOW_FILL_MIN
+    # An advertised window far below the receiver's buffer maximum only shows
+    # that autotuning had no need to grow it: then it is no limit.
+    recv_max = buf.get("recv")
+    rwnd_capped = not recv_max or rwnd is None or rwnd >= 0.45 * recv_max
+    if rwnd and rwnd_capped and (window is None or rwnd < window or in_flight > WINDOW_FILL_MAX * window):
+        window, wtext, fill_min = rwnd, f"receive window the receiver advertised ({_fmt_bytes(rwnd)} at most)", RWND_FILL_MIN
+    if window and flow.get("streams", 1) > 1:
+        # Every parallel stream has its own buffers: together they allow n windows.
+        window, wtext = window * flow["streams"], f"{flow['streams']} x {wtext}"
     window_bound = window * 8 / (srtt / 1000) / 1e6 if window and srtt else math.inf
     fill = in_flight / window if window else None
     ev["window_bytes"], ev["window_bound_mbps"] = window, None if math.isinf(window_bound) else round(window_bound, 2)
     retr = flow.get("retransmits", 0)
     # Each of window and loss caps the rate; the lower cap is the cause, if the
     # flow got reasonably close to it and it is below what the path carries.
-    window_caps = window is not None and window < bdp and fill is not None and WINDOW_FILL_MIN <= fill <= WINDOW_FILL_MAX
+    window_caps = window is not None and window < bdp and fill is not None and fill_min <= fill <= WINDOW_FILL_MAX
     loss_caps = retr > 0 and mathis < max_goodput_mbps
     if window_caps and (not loss_caps or window_bound <= mathis):
         also = (f" There were also {retr} retransmits (p = {p:.1e}, Mathis bound {mathis:.0f} Mb/s), a lesser limit."
@@ -213,6 +228,16 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
             f"for bookkeeping){_rwnd_text(flow, in_flight) if window == buf['bytes'] else ''}, while the path's "
             f"bandwidth-delay product is {_fmt_bytes(bdp)}, {bdp / window:.1f}x that window.{also} "
             f"Raise the buffer maxima to at least the BDP (advice below)."))
+    emu = flow.get("emulator") or {}
+    # A lab whose delay line fell behind measured its machine: RTT, loss and
+    # rate all inherit the stall, so nothing below may be blamed on the path.
+    # (A window limit above stands: the flow kept its window in flight.)
+    if emu and not emu.get("ok", True):
+        return verdict("host-limited", (
+            f"{pct}: host-limited, by the lab's own machine. The WAN delay line fell behind its schedule during "
+            f"this test ({emu.get('late_fraction', 0):.1%} of frames > 200 µs late, worst "
+            f"{emu.get('worst_late_us', 0) / 1000:.1f} ms): this measured the emulating machine's load, not the "
+            f"emulated path. Rerun on a quieter machine, or at a lower --scale rate."))
     if loss_caps:
         wnote = (f" The window alone would allow {window_bound:.0f} Mb/s." if not math.isinf(window_bound) else "")
         return verdict("loss-limited", (
@@ -221,13 +246,6 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
             f"{mathis:.0f} Mb/s (Mathis), below the path's {max_goodput_mbps:.0f} Mb/s.{wnote} Bigger buffers alone "
             f"will not help: find the loss (a congested or faulty link, a shallow switch buffer overrun by bursts), "
             f"or use a loss-tolerant congestion control (BBR)."))
-    emu = flow.get("emulator") or {}
-    if emu and not emu.get("ok", True):
-        return verdict("host-limited", (
-            f"{pct}: host-limited, by the lab's own machine. The WAN delay line fell behind its schedule during "
-            f"this test ({emu.get('late_fraction', 0):.1%} of frames > 200 µs late, worst "
-            f"{emu.get('worst_late_us', 0) / 1000:.1f} ms): this measured the emulating machine's load, not the "
-            f"emulated path. Rerun on a quieter machine, or at a lower --scale rate."))
     if cpu >= CPU_BOUND_PERCENT:
         side = "sender" if (flow.get("cpu_sender_percent") or 0) >= (flow.get("cpu_receiver_percent") or 0) else "receiver"
         return verdict("host-limited", (

@@ -295,6 +295,7 @@ class Session:
                                         "capacity_source", "max_goodput_mbps", "tuned_buffer_bytes")}
         ctx["src_facts"], ctx["dst_facts"] = self.facts.get(cell["src"], {}), self.facts.get(cell["dst"], {})
         ctx["phase"], ctx["recorded"] = phase, time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        ctx["emulator"] = flow.get("emulator")
         ctx["topology"] = (self.t.description.get("topology") or {}).get("name") or self.t.description.get("hosts_file")
         (self.s.keep_raw / name).write_text(json.dumps({"context": ctx, "iperf3": raw}, indent=1))
 
@@ -314,7 +315,8 @@ class Session:
         src, why_a = self.representative(a)
         dst, why_b = self.representative(b)
         if src is None or dst is None:
-            cell["reason"] = f"no reachable host: {why_a or why_b}"
+            cell["reason"] = "no reachable host: " + "; ".join(
+                f"site {site}: {why}" for site, why in ((a, why_a), (b, why_b)) if why)
             return cell
         cell.update(src=src.name, dst=dst.name, src_addr=src.address, dst_addr=dst.address)
         fs, fd = self.facts[src.name], self.facts[dst.name]
