@@ -41,9 +41,9 @@ static const bench_prog prog = {
         "Measures pLogP parameters L, os(m), or(m), g(m) between ranks 0 and 1 (others idle).\n"
         "-s gives the base sizes (0 is always added); -r is the most samples per quantity.\n"
         "Own flags: --ci F (95%% CI half-width of the median, relative; default 0.05),\n"
-        "  --min-reps N (default 8), --max-time S per quantity and size (default 4),\n"
+        "  --min-reps N (default 8), --max-time S per quantity and size (default 2),\n"
         "  --refine F (interpolation error that triggers a midpoint; 0 = off; default 0.1),\n"
-        "  --depth N (refinement depth, default 5), --stream-ms T (gap stream length, default\n"
+        "  --depth N (refinement depth, default 4), --stream-ms T (gap stream length, default\n"
         "  max(20, 5 RTT(0))). Output: one JSON object per size, then an \"plogp_L\" line.",
     .min_ranks = 2,
 };
@@ -67,8 +67,8 @@ static double sqrt_(double x)
 
 /* ------------------------------------------------------------ options */
 
-static double opt_ci = 0.05, opt_max_time = 4.0, opt_refine = 0.10, opt_stream_ms = 0;
-static int opt_min_reps = 8, opt_depth = 5;
+static double opt_ci = 0.05, opt_max_time = 2.0, opt_refine = 0.10, opt_stream_ms = 0;
+static int opt_min_reps = 8, opt_depth = 4;
 static char opt_error[256];
 
 /* Removes this program's own flags from argv before common.c parses the

@@ -57,7 +57,9 @@ def summary_of(result: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "gridsplit-model-validation-summary", "version": 1, "meta": result["meta"],
             "gamma": {"lan": result["lan"]["gamma"]["value"], **{k: v["value"] for k, v in g.get("gamma", {}).items()}},
             "errors": {"lan": result["lan"]["errors"], **{k: v for k, v in g.get("errors_by_mode", {}).items()}},
-            "selector": {k: result["lan"]["selector"][k] for k in ("median", "mean", "max")}}
+            "selector": {k: result["lan"]["selector"][k] for k in ("median", "mean", "max")},
+            "gather_kappa": {k: v["value"] for k, v in (result.get("bench") or {}).get("kappa", {}).items()},
+            "gather_errors_kappa": (result.get("bench") or {}).get("errors_kappa_by_mode", {})}
 
 
 def _band(summary: dict[str, Any], where: str, op: str, m: int) -> tuple[float | None, float | None]:
@@ -133,10 +135,18 @@ def advise(ps: ParamSet, summary: dict[str, Any], topo: Topology, m: int, ops: l
                 algos = ["bcast_flat", "bcast_chain", "bcast_seg_chain", "bcast_two_level"]
             else:
                 algos = ["alltoall_rotated"]
+            kappa = summary.get("gather_kappa", {}).get(mode)
             for a in algos:
                 g = gam.get(mode, gam.get("lan"))
                 pr = grid.predict(a, lan, x, n, m, gamma=g)
                 med, mx = _band(summary, mode, op, m)
+                if a == "gather_flat" and kappa is not None:
+                    # Congestion of n senders on one port, fitted on `bench gather` (validate.analyse_bench).
+                    pr = grid.GridPrediction(a, grid.gather_congested(lan, x, n, m, kappa), None,
+                                             f"with congestion factor kappa = {kappa:.2f} from bench gather")
+                    eb = summary.get("gather_errors_kappa", {}).get(mode, {})
+                    s = eb.get("ge_64K" if m >= BIG else "lt_64K") or {}
+                    med, mx = s.get("median", med), s.get("max", mx)
                 cands.append({"mode": mode, "algo": a, "seconds": pr.seconds, "segment": pr.segment, "detail": pr.detail,
                               "error_median": None if med is None else med + extra,
                               "error_max": None if mx is None else mx + extra,

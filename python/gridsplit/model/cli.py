@@ -189,7 +189,7 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
             raise GridsplitError(f"--modes: unknown mode {md!r}; use direct and/or split")
     pairs = ["lan"] + (["wan"] if "direct" in mode_list else []) + (["split"] if "split" in mode_list else [])
     if do_measure:
-        ps = run_measure(state, impl, pairs, 2000000, 0.05, 60, 0.10, progress, extra_sizes=_sizes(sizes))
+        ps = run_measure(state, impl, pairs, 2000000, 0.05, 40, 0.10, progress, extra_sizes=_sizes(sizes))
         ps.meta["command"] = _command()
         ps.save(outdir / "plogp.json")
         fig1_plogp(ps, outdir / "fig01-plogp.png")

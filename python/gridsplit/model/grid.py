@@ -41,6 +41,23 @@ def gather_flat(lan: PLogP, x: PLogP, n: int, m: int) -> float:
     return n * x.g(m) + x.L
 
 
+def fit_kappa(points: list[tuple[float, float, float]]) -> float:
+    """kappa minimising the squared relative error of L + kappa * B against measured T.
+
+    `points` are (L, B, T) with B = n g_X(m), the flat gather's bandwidth term.
+    This is Clement and Steed's congestion factor (T = l + b gamma / W), which
+    seed 002 §5 cites: n senders converging on one root port lose packets that
+    pLogP, measured one pair at a time, never sees (the MPI5000 phenomenon).
+    """
+    num = sum(b * (t - lat) / (t * t) for lat, b, t in points if t > 0)
+    den = sum(b * b / (t * t) for lat, b, t in points if t > 0)
+    return num / den if den > 0 else 1.0
+
+
+def gather_congested(lan: PLogP, x: PLogP, n: int, m: int, kappa: float) -> float:
+    return x.L + kappa * n * x.g(m)
+
+
 def bcast_flat(lan: PLogP, x: PLogP, n: int, m: int) -> float:
     return n * x.g(m) + x.L
 

@@ -158,6 +158,8 @@ def parity(result: dict[str, Any], out: Path) -> Path:
     groups = [("lan", result["lan"]["points"], "o")]
     if result.get("grid", {}).get("points"):
         groups.append(("grid", result["grid"]["points"], "^"))
+    if (result.get("bench") or {}).get("points"):
+        groups.append(("bench κ", [{**p, "predicted": p["predicted_kappa"]} for p in result["bench"]["points"]], "s"))
     lo, hi = float("inf"), 0.0
     for name, rows, mk in groups:
         for op, c in (("bcast", "tab:blue"), ("scatter", "tab:orange"), ("gather", "tab:green"), ("alltoall", "tab:red")):
@@ -184,17 +186,37 @@ def parity(result: dict[str, Any], out: Path) -> Path:
 
 
 def grid_figure(result: dict[str, Any], out: Path) -> Path:
-    """The two-level model on the two-site layout: one panel per algorithm, direct and split."""
+    """The two-level model on the two-site layout: one panel per algorithm, direct and split,
+    and the `bench gather` points against the flat gather with and without kappa."""
     rows = result["grid"]["points"]
     algos = sorted({r["algo"] for r in rows})
-    fig, axes = plt.subplots(1, len(algos), figsize=(4.8 * len(algos), 4.4), squeeze=False)
+    bench = (result.get("bench") or {}).get("points") or []
+    panels = len(algos) + (1 if bench else 0)
+    cols = 3
+    nrows = -(-panels // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(6.0 * cols, 4.6 * nrows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
     cmap = plt.get_cmap("tab10")
-    for ax, algo in zip(axes[0], algos):
+    for ax, algo in zip(flat, algos):
         i = 0
         for mode in ("direct", "split"):
             for n in sorted({r["nodes"] for r in rows if r["algo"] == algo}):
                 _meas_pred(ax, _series(rows, algo=algo, mode=mode, nodes=n), f"{mode} n={n}", cmap(i))
                 i += 1
         _finish(ax, f"{algo}: root + n remote nodes")
-    fig.suptitle("two-site grid, two-level pLogP model (LAN + WAN / split parameters)")
+    if bench:
+        ax = flat[len(algos)]
+        i = 0
+        for mode in ("direct", "split"):
+            for n in sorted({r["nodes"] for r in bench if r["mode"] == mode}):
+                rs = _series(bench, mode=mode, nodes=n)
+                xs = [r["size"] for r in rs]
+                ax.plot(xs, [r["measured"] * 1e3 for r in rs], "o-", color=cmap(i), label=f"{mode} n={n} bench", lw=1)
+                ax.plot(xs, [r["predicted"] * 1e3 for r in rs], ":", color=cmap(i), lw=1)
+                ax.plot(xs, [r["predicted_kappa"] * 1e3 for r in rs], "x--", color=cmap(i), lw=1)
+                i += 1
+        _finish(ax, "bench gather: measured (o), pLogP (:), with κ (x--)")
+    for ax in flat[panels:]:
+        ax.axis("off")
+    fig.suptitle("two-site grid, two-level pLogP model (LAN + WAN / split parameters); error bars: min-max of run medians")
     return _save(fig, out)

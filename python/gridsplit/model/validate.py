@@ -207,7 +207,9 @@ def bench_rows(files: list[Path]) -> list[dict[str, Any]]:
 
 
 def analyse_bench(rows: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
-    """The flat-gather model (grid.gather_flat) against `gridsplit bench gather` points."""
+    """The flat-gather model against `gridsplit bench gather` points: pure pLogP, and
+    with a congestion factor kappa per mode (grid.fit_kappa), cross-validated by
+    leaving out the node count being predicted."""
     impl = ps.meta.get("impl")
     groups: dict[tuple, list[float]] = {}
     for r in rows:
@@ -217,16 +219,30 @@ def analyse_bench(rows: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
             groups.setdefault((r["mode"], int(r["nodes"]), int(r["size_bytes"])), []).append(float(r["per_rep_s"]["median"]))
         except (KeyError, TypeError, ValueError):
             continue
+    kappa: dict[str, Any] = {}
+    for mode in sorted({k[0] for k in groups}):
+        lan, x = grid.paths(ps, mode)
+        pts = [(n, x.L, n * x.g(m), statistics.median(v)) for (md, n, m), v in groups.items() if md == mode]
+        allk = grid.fit_kappa([p[1:] for p in pts])
+        cv = {str(n): grid.fit_kappa([p[1:] for p in pts if p[0] != n]) if len({p[0] for p in pts}) > 1 else allk
+              for n in sorted({p[0] for p in pts})}
+        kappa[mode] = {"value": allk, "cross_validated": cv}
     points = []
     for (mode, n, m), meds in sorted(groups.items()):
         lan, x = grid.paths(ps, mode)
         pred = grid.gather_flat(lan, x, n, m)
+        k = kappa[mode]["cross_validated"][str(n)]
+        predk = grid.gather_congested(lan, x, n, m, k)
         meas = statistics.median(meds)
         points.append({"algo": "gather_flat", "mode": mode, "nodes": n, "size": m, "measured": meas,
                        "measured_min": min(meds), "measured_max": max(meds), "runs": len(meds), "predicted": pred,
-                       "error": rel_error(pred, meas)})
+                       "error": rel_error(pred, meas), "predicted_kappa": predk, "kappa_used": k,
+                       "error_kappa": rel_error(predk, meas)})
     return {"points": points, "errors": summarize(points) if points else None,
-            "files": sorted({r["file"] for r in rows}), "impl": impl}
+            "errors_kappa": summarize([{**p, "error": p["error_kappa"]} for p in points]) if points else None,
+            "errors_kappa_by_mode": {md: summarize([{**p, "error": p["error_kappa"]} for p in points if p["mode"] == md])
+                                     for md in sorted({p["mode"] for p in points})},
+            "kappa": kappa, "files": sorted({r["file"] for r in rows}), "impl": impl}
 
 
 def report_lines(result: dict[str, Any]) -> list[str]:
@@ -258,7 +274,10 @@ def report_lines(result: dict[str, Any]) -> list[str]:
             for op, eo in e["by_op"].items():
                 L.append(err_row(f"two sites, {mode}, {op}", eo))
     if result.get("bench", {}).get("points"):
-        L.append(err_row("`gridsplit bench gather` points", result["bench"]["errors"]))
+        b = result["bench"]
+        L.append(err_row("`bench gather` points, pure pLogP (flat gather)", b["errors"]))
+        for mode, e in b["errors_kappa_by_mode"].items():
+            L.append(err_row(f"`bench gather` points, {mode}, with kappa = {b['kappa'][mode]['value']:.2f} (cross-validated)", e))
     L.append("")
     s = lan["selector"]
     if s["median"] is not None:
