@@ -68,5 +68,35 @@ def main(argv: list[str]) -> None:
                     print(f"- seed 001 {phase}, fraction of 941 Mb/s on the same pairs: {stat(seed)}")
 
 
+def side_by_side(path: str, ref_dir: str, phase: str) -> str:
+    """A markdown matrix (row = destination, column = source): ours (rates / scale) / the seed's, as % of capacity."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    from gridsplit.netcheck.render import read_reference
+    rep = json.loads(Path(path).read_text())
+    ref = read_reference(ref_dir)
+    cells = {(c["src_site"], c["dst_site"]): c for c in rep["cells"]}
+    sites = rep["sites"]
+    key = {"rtt": "rtt", "untuned": "untuned", "tuned": "tuned"}[phase]
+    lines = ["| dst \\ src | " + " | ".join(s[:5] for s in sites) + " |", "|---" * (len(sites) + 1) + "|"]
+    for d in sites:
+        row = [f"**{d}**"]
+        for s_ in sites:
+            c = cells.get((s_, d))
+            if s_ == d or c is None:
+                row.append("")
+                continue
+            seed = ref.get(key, {}).get((s_, d))
+            if phase == "rtt":
+                row.append(f"{c['rtt'].get('avg_ms', 0):.1f} / {seed:.1f}" if seed else f"{c['rtt'].get('avg_ms', 0):.1f}")
+            else:
+                f = (c["diagnosis"][phase].get("fraction") or 0) * 100
+                row.append(f"{f:.0f} / {seed / 9.41:.0f}" if seed else f"{f:.0f}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--markdown":
+        print(side_by_side(sys.argv[2], sys.argv[3], sys.argv[4]))
+        sys.exit(0)
     main(sys.argv[1:])
