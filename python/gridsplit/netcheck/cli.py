@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -83,6 +84,8 @@ def netcheck(use_lab, hosts_file, from_file, pairs, one_way, out, resume, count,
     if from_file:
         # Saved measurements, judged by today's rules and these thresholds.
         report = measure.rediagnose(measure.load_report(from_file), {"ok": ok, "critical": critical})
+        if out:
+            Path(out).write_text(json.dumps(report, indent=1, default=str))
     else:
         if not modes:
             if old is None:

@@ -130,7 +130,8 @@ def buffer_limits(flow: dict[str, Any], src: dict[str, Any], dst: dict[str, Any]
     text = names[which]
     if len(known) == 2 and send == recv:
         which, text = "both", f"{names['send']} and {names['recv']}"
-    return {"bytes": known[min(known, key=known.get)], "which": which, "text": text, "send": send, "recv": recv}
+    return {"bytes": known[min(known, key=known.get)], "which": which, "text": text, "send": send, "recv": recv,
+            "names": names}
 
 
 def _fmt_bytes(n: float | None) -> str:
@@ -246,6 +247,17 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
             f"{mathis:.0f} Mb/s (Mathis), below the path's {max_goodput_mbps:.0f} Mb/s.{wnote} Bigger buffers alone "
             f"will not help: find the loss (a congested or faulty link, a shallow switch buffer overrun by bursts), "
             f"or use a loss-tolerant congestion control (BBR)."))
+    send = buf.get("send")
+    cwnd = flow.get("max_snd_cwnd")
+    if send and send < bdp and cwnd and cwnd >= 1.3 * in_flight and (not rwnd or rwnd >= 1.2 * in_flight):
+        # Neither the congestion window nor the receiver held the flow back and
+        # nothing was lost: the sender could not keep more unacknowledged data.
+        return verdict("window-limited", (
+            f"{pct}: window-limited by the sender's buffer. {_fmt_bytes(in_flight)} were in flight "
+            f"({g:.1f} Mb/s x {srtt:.2f} ms) while the congestion window reached {_fmt_bytes(cwnd)} and the receiver "
+            f"offered {_fmt_bytes(rwnd)}: the sender's buffer ({buf['names']['send'] if 'names' in buf else send}) "
+            f"is the limit, against a bandwidth-delay product of {_fmt_bytes(bdp)}. {retr} retransmits. "
+            f"Raise the buffer maxima to at least the BDP (advice below)."))
     if cpu >= CPU_BOUND_PERCENT:
         side = "sender" if (flow.get("cpu_sender_percent") or 0) >= (flow.get("cpu_receiver_percent") or 0) else "receiver"
         return verdict("host-limited", (
