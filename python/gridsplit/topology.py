@@ -49,8 +49,10 @@ class TcpSettings:
         return {
             "net.core.rmem_max": str(self.rmem_max),
             "net.core.wmem_max": str(self.wmem_max),
-            "net.ipv4.tcp_rmem": f"4096 131072 {self.rmem_max}",
-            "net.ipv4.tcp_wmem": f"4096 16384 {self.wmem_max}",
+            # Sockets start at the middle value, so it must not exceed the maximum
+            # (a scaled 17 KB host would otherwise open with a 128 KB window).
+            "net.ipv4.tcp_rmem": f"4096 {min(131072, self.rmem_max)} {self.rmem_max}",
+            "net.ipv4.tcp_wmem": f"4096 {min(16384, self.wmem_max)} {self.wmem_max}",
             "net.ipv4.tcp_sack": "1" if self.sack else "0",
         }
 
