@@ -125,7 +125,8 @@ def _print_params(ps) -> None:
 
 @model.command()
 @click.option("--params", type=click.Path(dir_okay=False), default=None, help="Parameter file [shipped defaults].")
-@click.option("--path", "path_kind", default="lan", show_default=True, help="Which measured path: lan, wan or split.")
+@click.option("--path", "path_kind", type=click.Choice(["lan", "wan", "split"]), default="lan", show_default=True,
+              help="Which measured path (wan and split: every rank pair crosses it).")
 @click.option("--op", type=click.Choice(["bcast", "scatter", "gather", "alltoall"]), required=True)
 @click.option("-P", "--procs", type=click.IntRange(1, 100000), required=True, help="Number of processes.")
 @click.option("--size", required=True, help="m: bytes per rank (K/M suffixes, powers of ten).")
