@@ -6,6 +6,7 @@
  *   relaybench ping   IP PORT [--bind IP] [--count N] [--warmup N] [--size B] [--gsq1] [--raw]
  *   relaybench stream IP PORT [--bind IP] [--seconds S] [--block B] [--gsq1]
  *   relaybench relay  IP PORT --to IP:PORT
+ *   relaybench erelay IP PORT --to IP:PORT [--spin]
  *
  * Written in C with blocking sockets and one thread per connection so that the
  * measuring ends add as little as possible of their own to the numbers: a
@@ -26,6 +27,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -33,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,6 +91,13 @@ static struct sockaddr_in sockaddr_of(const char *ip, int port)
         exit(1);
     }
     return a;
+}
+
+static void fcntl_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        die("fcntl");
 }
 
 static void nodelay(int fd)
@@ -203,37 +213,58 @@ static void *relay_conn(void *arg)
     return NULL;
 }
 
-static _Noreturn void cmd_relay(const char *ip, int port, const char *to)
+/* Accepts one client on `l` and connects to `dst` for it, both sockets with
+ * TCP_NODELAY. The connect blocks: set-up is not what is measured. Returns 0 with
+ * *c and *s set, or -1 when this client is to be skipped. */
+static int accept_pair(int l, const struct sockaddr_in *dst, int *c, int *s)
+{
+    *c = accept(l, NULL, NULL);
+    if (*c < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+            return -1;
+        die("accept");
+    }
+    *s = socket(AF_INET, SOCK_STREAM, 0);
+    if (*s < 0 || connect(*s, (const struct sockaddr *)dst, sizeof *dst) < 0) {
+        close(*c);
+        if (*s >= 0)
+            close(*s);
+        return -1;
+    }
+    nodelay(*c);
+    nodelay(*s);
+    return 0;
+}
+
+/* A relay's listener on ip:port and, from --to IP:PORT, where it relays to. */
+static int relay_setup(const char *cmd, const char *ip, int port, const char *to, int type,
+                       struct sockaddr_in *dst)
 {
     char tip[64];
     int tport;
     if (!to || sscanf(to, "%63[0-9.]:%d", tip, &tport) != 2) {
-        fprintf(stderr, "relaybench: relay needs --to IP:PORT\n");
+        fprintf(stderr, "relaybench: %s needs --to IP:PORT\n", cmd);
         exit(2);
     }
-    struct sockaddr_in a = sockaddr_of(ip, port), dst = sockaddr_of(tip, tport);
-    int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = sockaddr_of(ip, port);
+    *dst = sockaddr_of(tip, tport);
+    int l = socket(AF_INET, type, 0), one = 1;
     if (l < 0)
         die("socket");
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 128) < 0)
         die("bind/listen");
+    return l;
+}
+
+static _Noreturn void cmd_relay(const char *ip, int port, const char *to)
+{
+    struct sockaddr_in dst;
+    int l = relay_setup("relay", ip, port, to, SOCK_STREAM, &dst);
     for (;;) {
-        int c = accept(l, NULL, NULL);
-        if (c < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            die("accept");
-        }
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        if (s < 0 || connect(s, (struct sockaddr *)&dst, sizeof dst) < 0) {
-            close(c);
-            if (s >= 0)
-                close(s);
+        int c, s;
+        if (accept_pair(l, &dst, &c, &s) < 0)
             continue;
-        }
-        nodelay(c);
-        nodelay(s);
         struct pipe_arg *p = malloc(sizeof *p);
         pthread_t t;
         if (!p)
@@ -242,6 +273,140 @@ static _Noreturn void cmd_relay(const char *ip, int port, const char *to)
         if (pthread_create(&t, NULL, relay_conn, p) != 0)
             die("pthread_create");
         pthread_detach(t);
+    }
+}
+
+/* ---------------------------------------------------------------- epoll floor */
+
+/*
+ * `erelay` is the other shape of minimal relay: one thread, one epoll set for all
+ * connections (level-triggered), and on each readiness recv() then send() at once
+ * in the same wake-up -- HAProxy's shape without anything else HAProxy does. With
+ * `--spin` it never sleeps (epoll_wait with a zero timeout): the busy-polling
+ * variant, which shows what latency is left once no wake-up is needed, and what it
+ * costs (a whole CPU per relay, whether traffic flows or not).
+ */
+struct half {
+    int fd;            /* the socket this side reads */
+    struct half *peer; /* the other side: where its bytes go */
+    char *buf;         /* bytes read and not yet written to peer->fd */
+    size_t len, off;
+    int eof;
+    uint32_t armed; /* events registered for fd, to skip epoll_ctl when unchanged */
+};
+
+#define EBUF (256 * 1024)
+
+static void e_close(int ep, struct half *h)
+{
+    struct half *o = h->peer;
+    epoll_ctl(ep, EPOLL_CTL_DEL, h->fd, NULL);
+    epoll_ctl(ep, EPOLL_CTL_DEL, o->fd, NULL);
+    close(h->fd);
+    close(o->fd);
+    free(h->buf);
+    free(o->buf);
+    free(h);
+    free(o);
+}
+
+/* What `h` waits for: input while its buffer is empty, output to nobody (its
+ * peer's socket is watched for EPOLLOUT by the peer's own registration). */
+static void e_arm(int ep, struct half *h)
+{
+    struct epoll_event ev = {.data.ptr = h};
+    if (h->len == h->off && !h->eof)
+        ev.events |= EPOLLIN;
+    if (h->peer->len != h->peer->off)
+        ev.events |= EPOLLOUT;
+    if (ev.events != h->armed) {
+        epoll_ctl(ep, EPOLL_CTL_MOD, h->fd, &ev);
+        h->armed = ev.events;
+    }
+}
+
+/* Moves what `h` has (or can read now) to its peer; returns -1 when the pair is done. */
+static int e_pump(int ep, struct half *h)
+{
+    struct half *o = h->peer;
+    for (;;) {
+        if (h->len == h->off) {
+            if (h->eof)
+                break;
+            ssize_t k = recv(h->fd, h->buf, EBUF, MSG_DONTWAIT);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && errno == EAGAIN)
+                break;
+            if (k <= 0) {
+                h->eof = 1;
+                shutdown(o->fd, SHUT_WR);
+                if (k < 0 || o->eof)
+                    return -1;
+                break;
+            }
+            h->len = (size_t)k, h->off = 0;
+        }
+        ssize_t w = send(o->fd, h->buf + h->off, h->len - h->off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN)
+            break;
+        if (w < 0)
+            return -1;
+        h->off += (size_t)w;
+        if (h->off < h->len)
+            break;
+        h->len = h->off = 0;
+    }
+    e_arm(ep, h);
+    e_arm(ep, o);
+    return 0;
+}
+
+static _Noreturn void cmd_erelay(const char *ip, int port, const char *to, int spin)
+{
+    struct sockaddr_in dst;
+    int l = relay_setup("erelay", ip, port, to, SOCK_STREAM | SOCK_NONBLOCK, &dst);
+    int ep = epoll_create1(0);
+    struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, l, &lev) < 0)
+        die("epoll");
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(ep, evs, 64, spin ? 0 : -1);
+        if (n < 0 && errno != EINTR)
+            die("epoll_wait");
+        for (int i = 0; i < n; i++) {
+            struct half *h = evs[i].data.ptr;
+            if (!h) {
+                int c, s;
+                if (accept_pair(l, &dst, &c, &s) < 0)
+                    continue;
+                fcntl_nonblock(c);
+                fcntl_nonblock(s);
+                struct half *x = calloc(1, sizeof *x), *y = calloc(1, sizeof *y);
+                if (!x || !y || !(x->buf = malloc(EBUF)) || !(y->buf = malloc(EBUF)))
+                    die("malloc");
+                x->fd = c, y->fd = s, x->peer = y, y->peer = x;
+                x->armed = y->armed = EPOLLIN;
+                struct epoll_event ex = {.events = EPOLLIN, .data.ptr = x};
+                struct epoll_event ey = {.events = EPOLLIN, .data.ptr = y};
+                epoll_ctl(ep, EPOLL_CTL_ADD, c, &ex);
+                epoll_ctl(ep, EPOLL_CTL_ADD, s, &ey);
+                continue;
+            }
+            /* EPOLLOUT on h->fd means h's peer can flush into it: pump the peer. */
+            if ((evs[i].events & EPOLLOUT) && e_pump(ep, h->peer) < 0) {
+                e_close(ep, h);
+                /* Later events in this batch may name the freed pair. */
+                break;
+            }
+            if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && e_pump(ep, h) < 0) {
+                e_close(ep, h);
+                break;
+            }
+        }
     }
 }
 
@@ -396,7 +561,8 @@ static _Noreturn void usage(void)
             "usage: relaybench server IP PORT [--gso1]\n"
             "       relaybench ping   IP PORT [--bind IP] [--count N] [--warmup N] [--size B] [--gsq1] [--raw]\n"
             "       relaybench stream IP PORT [--bind IP] [--seconds S] [--block B] [--gsq1]\n"
-            "       relaybench relay  IP PORT --to IP:PORT\n");
+            "       relaybench relay  IP PORT --to IP:PORT\n"
+            "       relaybench erelay IP PORT --to IP:PORT [--spin]\n");
     exit(2);
 }
 
@@ -410,7 +576,7 @@ int main(int argc, char **argv)
     double seconds = 5;
     size_t block = 256 * 1024;
     const char *to = NULL;
-    int raw = 0;
+    int raw = 0, spin = 0;
     for (int i = 4; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--gso1"))
@@ -419,6 +585,8 @@ int main(int argc, char **argv)
             o.gsq1 = 1;
         else if (!strcmp(a, "--raw"))
             raw = 1;
+        else if (!strcmp(a, "--spin"))
+            spin = 1;
         else if (!v)
             usage();
         else if (!strcmp(a, "--to"))
@@ -444,6 +612,8 @@ int main(int argc, char **argv)
         cmd_server(o.ip, o.port);
     if (!strcmp(argv[1], "relay"))
         cmd_relay(o.ip, o.port, to);
+    if (!strcmp(argv[1], "erelay"))
+        cmd_erelay(o.ip, o.port, to, spin);
     if (!strcmp(argv[1], "ping"))
         return cmd_ping(&o, count, warmup, size, raw);
     if (!strcmp(argv[1], "stream"))

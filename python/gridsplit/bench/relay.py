@@ -7,13 +7,17 @@ same kind of server, plus a reference, and measures them interleaved, K times ov
 
     direct      client ──────────────────────────────────────▶ server
     floor       client ─▶ relay A ────────────────────────▶ relay B ─▶ server
+    epoll       client ─▶ relay A ────────────────────────▶ relay B ─▶ server
     gridsplitd  client ─▶ gridsplitd A ═══ WAN link ═══▶ gridsplitd B ─▶ server
     haproxy     client ─▶ haproxy A ──────────────────────▶ haproxy B ─▶ server
 
-`floor` is the least a user-space relay can do (relaybench's `relay`: two blocking
-threads per connection, recv() then send()); what it adds per hop is what the two
-extra sockets and process wake-ups cost on this machine, the bound below which no
-relay, gridsplitd or HAProxy, can go (--no-floor leaves it out).
+`floor` and `epoll` are the least a user-space relay can do, in the two shapes a
+relay can have: relaybench's `relay` (two blocking threads per connection, recv()
+then send()) and `erelay` (one thread, one epoll set, recv() then send() in the
+same wake-up: HAProxy's shape with nothing else). What they add per hop is what the
+two extra sockets and process wake-ups cost on this machine, the bound below which
+no relay that sleeps between messages, gridsplitd or HAProxy, can go (--no-floor
+leaves both out).
 
 Sites are 127.0.1.0/24 (client, gateway A) and 127.0.2.0/24 (server, gateway B),
 as in gridsplitd's end-to-end tests. The gridsplitd client is an unmodified
@@ -60,17 +64,21 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gridsplit import sysdeps
+
 ROOT = Path(__file__).resolve().parents[3]
-CHAINS = ("direct", "floor", "gridsplitd", "haproxy")
+CHAINS = ("direct", "floor", "epoll", "gridsplitd", "haproxy")
+FLOORS = ("floor", "epoll")
 
 # Addresses: site alpha (client side) and site beta (server side).
 CLIENT_IP = "127.0.1.10"
 SERVER_IP = "127.0.2.20"
 GW_A, GW_B = "127.0.1.254", "127.0.2.254"
-SERVER_PORT = {"direct": 5101, "gridsplitd": 5102, "haproxy": 5103, "floor": 5104}
+SERVER_PORT = {"direct": 5101, "gridsplitd": 5102, "haproxy": 5103, "floor": 5104, "epoll": 5105}
 GS_LAN, GS_WAN, GS_ADMIN = 7100, 7200, 7300
 HAP_A, HAP_B = 8100, 8200
 FLOOR_A, FLOOR_B = 8300, 8400
+EPOLL_A, EPOLL_B = 8301, 8401
 
 TICK = os.sysconf("SC_CLK_TCK")
 # Tables stay readable when piped or logged (as in cli.py).
@@ -246,14 +254,33 @@ def wait_link(admin: str, procs: Processes, timeout: float = 15) -> None:
     raise BenchError(f"gridsplitd gateways did not establish their WAN link in {timeout:.0f} s")
 
 
-def build(quiet: bool) -> None:
+def gridsplitd_binary(explicit: Path | None) -> tuple[Path, bool]:
+    """The gridsplitd to measure, and whether it was named rather than built here:
+    --gridsplitd, else $GRIDSPLITD (the override every gridsplit command honours,
+    sysdeps.BUILT), else cargo's release build of this checkout, in
+    $CARGO_TARGET_DIR when that is set, as cargo itself does."""
+    if explicit is not None:
+        return explicit, True
+    env = sysdeps.BUILT["gridsplitd"][1]
+    if os.environ.get(env):
+        p = Path(os.environ[env])
+        if not p.is_file():
+            raise BenchError(f"{env}={p} does not exist; unset it or point it at a built gridsplitd")
+        return p, True
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    return (target if target.is_absolute() else ROOT / target) / "release/gridsplitd", False
+
+
+def build(quiet: bool, cargo: bool = True) -> None:
     steps = [
         (["make", "-s", "-C", str(ROOT / "bench/relay")], "relaybench (make -C bench/relay)"),
         # Only the library: the preload tests' binaries are not needed here.
         (["make", "-s", "-C", str(ROOT / "preload"), "../build/libgridsplit.so"],
          "libgridsplit.so (make -C preload)"),
-        (["cargo", "build", "--release", "--quiet", "-p", "gridsplitd"], "gridsplitd (cargo build --release)"),
     ]
+    if cargo:
+        steps.append((["cargo", "build", "--release", "--quiet", "-p", "gridsplitd"],
+                      "gridsplitd (cargo build --release)"))
     for argv, what in steps:
         if not quiet:
             console.print(f"[dim]building {what}[/dim]")
@@ -385,6 +412,7 @@ def summarize(runs: list[dict]) -> dict:
         "added_rtt_per_hop_le_10us": g["added_rtt_per_hop_us"]["median"] <= 10.0,
         "added_rtt_per_hop_le_haproxy": g["added_rtt_per_hop_us"]["median"] <= h["added_rtt_per_hop_us"]["median"],
         "throughput_ge_haproxy": g["throughput_gbps"]["median"] >= h["throughput_gbps"]["median"],
+        "cpu_per_gb_le_haproxy": g["relay_cpu_s_per_gb"]["median"] <= h["relay_cpu_s_per_gb"]["median"],
     }
     return out
 
@@ -444,8 +472,9 @@ def markdown(doc: dict) -> str:
         "",
         "Each chain has two relay hops; added RTT per hop = (chain RTT − direct RTT) / 2 in the same "
         "repeat. Relay CPU is utime+stime of both relay processes during the stream, per GB carried. "
-        "`floor` is two minimal blocking C relays (recv then send, one thread per direction): the cost "
-        "of the extra sockets and wake-ups alone on this machine.",
+        "`floor` is two minimal blocking C relays (recv then send, one thread per direction), `epoll` "
+        "two minimal single-thread epoll C relays (recv then send in the same wake-up): the cost of the "
+        "extra sockets and wake-ups alone on this machine.",
         "",
         "| metric | " + " | ".join(chains_in(s)) + " | gridsplitd / haproxy |",
         "|---|" + "---:|" * (len(chains_in(s)) + 1),
@@ -461,8 +490,21 @@ def markdown(doc: dict) -> str:
         "",
         "Targets: added RTT per hop ≤ 10 µs: " + ("met" if tg["added_rtt_per_hop_le_10us"] else "**missed**")
         + "; ≤ HAProxy's: " + ("met" if tg["added_rtt_per_hop_le_haproxy"] else "**missed**")
-        + "; throughput ≥ HAProxy's: " + ("met" if tg["throughput_ge_haproxy"] else "**missed**") + ".",
+        + "; throughput ≥ HAProxy's: " + ("met" if tg["throughput_ge_haproxy"] else "**missed**")
+        + "; relay CPU per GB ≤ HAProxy's: " + ("met" if tg["cpu_per_gb_le_haproxy"] else "**missed**") + ".",
         "",
+    ]
+    floors = [c for c in FLOORS if c in s]
+    if floors:
+        best = min(floors, key=lambda c: s[c]["added_rtt_per_hop_us"]["median"])
+        hop = s[best]["added_rtt_per_hop_us"]["median"]
+        lines += [
+            f"Floor: the cheapest relay measured (`{best}`) adds {hop:.2f} µs per hop"
+            + (", so ≤ 10 µs per hop is below what any relay that sleeps between messages achieves on this "
+               "machine in this run." if hop > 10 else "."),
+            "",
+        ]
+    lines += [
         "Reproduce: `python3 -m gridsplit.bench.relay --repeat "
         f"{p['repeat']} --seconds {p['seconds']}` (raw per-repeat numbers in the JSON file beside this one).",
         "",
@@ -538,10 +580,14 @@ def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cf
         procs.start("server-floor", [b, "server", SERVER_IP, str(SERVER_PORT["floor"])])
         procs.start("floor-b", [b, "relay", GW_B, str(FLOOR_B), "--to", f"{SERVER_IP}:{SERVER_PORT['floor']}"])
         procs.start("floor-a", [b, "relay", GW_A, str(FLOOR_A), "--to", f"{GW_B}:{FLOOR_B}"])
-        wait_port(GW_B, FLOOR_B, procs, "floor relay B")
-        wait_port(GW_A, FLOOR_A, procs, "floor relay A")
+        procs.start("server-epoll", [b, "server", SERVER_IP, str(SERVER_PORT["epoll"])])
+        procs.start("epoll-b", [b, "erelay", GW_B, str(EPOLL_B), "--to", f"{SERVER_IP}:{SERVER_PORT['epoll']}"])
+        procs.start("epoll-a", [b, "erelay", GW_A, str(EPOLL_A), "--to", f"{GW_B}:{EPOLL_B}"])
+        for ip, port, what in [(GW_B, FLOOR_B, "floor relay B"), (GW_A, FLOOR_A, "floor relay A"),
+                               (GW_B, EPOLL_B, "epoll relay B"), (GW_A, EPOLL_A, "epoll relay A")]:
+            wait_port(ip, port, procs, what)
     for name, port in SERVER_PORT.items():
-        if name != "floor" or floor:
+        if name not in FLOORS or floor:
             wait_port(SERVER_IP, port, procs, f"relaybench server ({name})")
     wait_port(GW_B, HAP_B, procs, "haproxy B")
     wait_port(GW_A, HAP_A, procs, "haproxy A")
@@ -561,7 +607,8 @@ def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cf
         Chain("haproxy", [GW_A, str(HAP_A), "--bind", CLIENT_IP], {}, ["haproxy-a", "haproxy-b"]),
     ]
     if floor:
-        chains.insert(1, Chain("floor", [GW_A, str(FLOOR_A), "--bind", CLIENT_IP], {}, ["floor-a", "floor-b"]))
+        chains[1:1] = [Chain("floor", [GW_A, str(FLOOR_A), "--bind", CLIENT_IP], {}, ["floor-a", "floor-b"]),
+                       Chain("epoll", [GW_A, str(EPOLL_A), "--bind", CLIENT_IP], {}, ["epoll-a", "epoll-b"])]
     # A short pass through every chain first: fails fast, and warms every path.
     for c in chains:
         run_client(bench, "ping", c, ["--count", "200", "--warmup", "0"], timeout=30)
@@ -573,10 +620,11 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
         gridsplitd_bin: Path | None = None, tag: str = "") -> dict:
     if not shutil.which("haproxy"):
         raise BenchError("haproxy is not installed: apt-get install haproxy")
+    gsd, named = gridsplitd_binary(gridsplitd_bin)
     if not no_build:
-        build(quiet=False)
+        # A named binary is measured as it is; only this checkout's is rebuilt.
+        build(quiet=False, cargo=not named)
     bench = ROOT / "build/bench/relaybench"
-    gsd = gridsplitd_bin or ROOT / "target/release/gridsplitd"
     lib = ROOT / "build/libgridsplit.so"
     for f, how in [(bench, "make -C bench/relay"), (gsd, "cargo build --release -p gridsplitd")]:
         if not f.exists():
@@ -587,7 +635,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
     check_free(
         [(SERVER_IP, p) for p in SERVER_PORT.values()]
         + [(ip, p) for ip in (GW_A, GW_B) for p in (GS_LAN, GS_WAN, GS_ADMIN)]
-        + [(GW_A, HAP_A), (GW_B, HAP_B), (GW_A, FLOOR_A), (GW_B, FLOOR_B)]
+        + [(GW_A, HAP_A), (GW_B, HAP_B), (GW_A, FLOOR_A), (GW_B, FLOOR_B), (GW_A, EPOLL_A), (GW_B, EPOLL_B)]
     )
     load_before = loadavg()
     tmp = Path(tempfile.mkdtemp(prefix="gridsplit-bench-relay-"))
@@ -602,7 +650,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
     old_term = signal.signal(signal.SIGTERM, on_term)
     runs: list[dict] = []
     try:
-        console.print(f"[bold]measuring[/bold] {', '.join(c for c in CHAINS if c != 'floor' or floor)}: "
+        console.print(f"[bold]measuring[/bold] {', '.join(c for c in CHAINS if c not in FLOORS or floor)}: "
                       f"{repeat} repeats, {count} round trips and {seconds:g} s streams each")
         for rep in range(repeat):
             # Every repeat starts every process afresh: on a small (virtual) machine
@@ -625,7 +673,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
         "date": date,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {**machine_facts(), "loadavg_before": load_before, "loadavg_after": loadavg()},
-        "versions": versions(gsd, gridsplitd_bin is not None),
+        "versions": versions(gsd, named),
         "parameters": {
             "repeat": repeat, "seconds": seconds, "ping_count": count, "ping_blocks": BLOCKS, "ping_warmup_per_block": BLOCK_WARMUP,
             "ping_size": 8,
@@ -663,11 +711,12 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
               help="Client and server run with libgridsplit.so, or speak GSq1/GSo1 themselves.")
 @click.option("--haproxy-splice", is_flag=True, help="Enable HAProxy's kernel splicing (off by default).")
 @click.option("--floor/--no-floor", default=True, show_default=True,
-              help="Also measure two minimal C relays (the machine's floor for any relay).")
+              help="Also measure minimal C relays, threaded and epoll (the machine's floor for any relay).")
 @click.option("--threads", type=click.IntRange(1, 256), default=None,
               help="Pass --threads N to gridsplitd (default: its own default).")
 @click.option("--gridsplitd", "gridsplitd_bin", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Another gridsplitd binary (e.g. an older build, for before/after).")
+              default=None, help="Another gridsplitd binary (e.g. an older build, for before/after); "
+              "default: $GRIDSPLITD if set, else this checkout's, rebuilt.")
 @click.option("--tag", default="", help="Suffix for the result files' names (a variant: -TAG).")
 @click.option("--no-build", is_flag=True, help="Use the binaries as they are.")
 def relay(out, repeat, seconds, count, strategy, preload, haproxy_splice, floor, threads, gridsplitd_bin,

@@ -18,7 +18,9 @@
 //! window we granted.
 //!
 //! Latency: a LAN read is handed to the link, which writes it to the WAN socket at
-//! once from this task when the link is idle (link.rs, `Link::kick`). Received
+//! once from this task when the link is idle — a small one as a ready-made DATA
+//! frame read in place behind room left for its prefix (`Link::send_data_now`),
+//! a large one through the strategy (`Link::kick`). Received
 //! data is written to the LAN socket by the link's reader itself when nothing of
 //! the flow is waiting and no write is in progress (`Flow::flush_to_lan`); the
 //! flow's own task (`wan_to_lan`) takes over only what the socket would not take
@@ -30,20 +32,23 @@
 //! FIN when dropped — a reset must reach the node as a reset.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::lanproto::{Status, ORIGIN_LEN};
-use crate::link::Link;
+use crate::lanproto::Status;
+use crate::link::{Link, FAST_MAX};
 use crate::schedule::{Chunk, Lease, Release};
-use crate::wire::{FlowId, Frame, ResetReason};
+use crate::wire::{data_prefix, FlowId, Frame, ResetReason, DATA_PREFIX};
 
 /// Where a flow we opened learns the far side's answer: (GSa1 status, initial credit).
 pub type OpenReply = oneshot::Receiver<(u8, u32)>;
@@ -437,21 +442,30 @@ enum End {
 }
 
 /// Relays between the LAN socket and the WAN link until both directions have
-/// finished or the flow is reset. `origin` is the GSo1 header to write to the LAN
-/// socket first (remote side only).
-pub async fn relay(
-    flow: Arc<Flow>,
-    link: Arc<Link>,
-    stream: TcpStream,
-    origin: Option<[u8; ORIGIN_LEN]>,
-) {
+/// finished or the flow is reset. `origin` is what is left to write of the GSo1
+/// header (remote side only), before anything else.
+pub async fn relay(flow: Arc<Flow>, link: Arc<Link>, stream: TcpStream, origin: Option<Bytes>) {
     tracing::debug!(peer = %link.peer, flow = flow.id, "relay started");
     let s = Arc::new(stream);
     link.metrics().flows_active.fetch_add(1, Ordering::Relaxed);
-    let (up, down) = tokio::join!(
-        lan_to_wan(&flow, &link, &s),
-        wan_to_lan(&flow, &link, &s, origin)
-    );
+    // Two tasks rather than one join!: a joined future polls both directions
+    // whenever either is woken, and polling the idle one (its Notify waits) costs
+    // every relayed message of the other a few lock round trips.
+    // The GSo1 header goes first, before anything can reset the flow, as the
+    // node may only learn its peer from it.
+    let started = start_down(&flow, &link, &s, origin).await;
+    let down = tokio::spawn({
+        let (flow, link, s) = (flow.clone(), link.clone(), s.clone());
+        async move {
+            match started {
+                Ok(()) => wan_to_lan(&flow, &link, &s).await,
+                Err(end) => end,
+            }
+        }
+    });
+    let up = lan_to_wan(&flow, &link, &s).await;
+    // A panicked task (a bug) counts as a reset: the node must not hang.
+    let down = down.await.unwrap_or(End::Reset);
     tracing::debug!(peer = %link.peer, flow = flow.id, ?up, ?down, "relay ended");
     // The link reader must not write any more, and must not keep the socket open.
     flow.rx.lock().unwrap().lan = None;
@@ -478,25 +492,42 @@ fn reset_here(flow: &Flow, link: &Link, reason: ResetReason) {
 }
 
 /// Reads `buf` from the socket, waiting for data (or the flow's reset: None).
+/// `aborted` is the flow's `abort.cancelled()`, made once per relay: waiting
+/// with poll_read_ready and a long-lived abort future registers nothing new per
+/// message (a fresh `readable()` and `cancelled()` each time would register and
+/// unregister two waiters under two locks, for every message relayed).
 async fn read_some(
-    flow: &Flow,
     s: &TcpStream,
     buf: &mut impl BufMut,
+    aborted: &mut Pin<&mut WaitForCancellationFuture<'_>>,
 ) -> Option<std::io::Result<usize>> {
     loop {
         match crate::transfer::tcp::try_read_drain(s, buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             r => return Some(r),
         }
-        tokio::select! {
-            r = s.readable() => if let Err(e) = r { return Some(Err(e)) },
-            _ = flow.abort.cancelled() => return None,
+        let ready = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = s.poll_read_ready(cx) {
+                return Poll::Ready(Some(r));
+            }
+            if aborted.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await;
+        match ready {
+            None => return None,
+            Some(Err(e)) => return Some(Err(e)),
+            Some(Ok(())) => {}
         }
     }
 }
 
 async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
     let mut buf = BytesMut::new();
+    let aborted = flow.abort.cancelled();
+    tokio::pin!(aborted);
     let chunk_max = CHUNK_MAX.min(link.max_data());
     loop {
         // Wait until the peer, our queue and the shared budget all have room.
@@ -510,7 +541,7 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
             }
             tokio::select! {
                 _ = flow.tx_wake.notified() => {}
-                _ = flow.abort.cancelled() => return End::Reset,
+                _ = &mut aborted => return End::Reset,
             }
         };
         let permit = match flow.send_pool.try_acquire_many(n as u32) {
@@ -521,18 +552,23 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
                     Ok(p) => p,
                     Err(_) => return End::Reset,
                 },
-                _ = flow.abort.cancelled() => return End::Reset,
+                _ = &mut aborted => return End::Reset,
             },
         };
         permit.forget();
-        buf.reserve(n);
+        // Room for a DATA frame's prefix in front of the bytes: a small message on
+        // an idle link then goes out as one contiguous send, header included,
+        // without being copied (Link::send_data_now).
+        buf.reserve(DATA_PREFIX + n);
+        buf.put_bytes(0, DATA_PREFIX);
         let mut limited = (&mut buf).limit(n);
-        let Some(res) = read_some(flow, s, &mut limited).await else {
+        let Some(res) = read_some(s, &mut limited, &mut aborted).await else {
             flow.send_pool.add_permits(n);
             return End::Reset;
         };
         match res {
             Ok(0) => {
+                buf.clear();
                 tracing::debug!(flow = flow.id, "LAN EOF, sending FIN");
                 flow.send_pool.add_permits(n);
                 flow.tx.lock().unwrap().fin_sent = true;
@@ -541,16 +577,24 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
             }
             Ok(k) => {
                 tracing::trace!(flow = flow.id, k, "LAN read");
-                flow.send_pool.add_permits(n - k);
-                {
-                    let mut t = flow.tx.lock().unwrap();
-                    t.credit -= k as u64;
-                    t.queued += k;
-                }
+                flow.tx.lock().unwrap().credit -= k as u64;
                 flow.bytes_up.fetch_add(k as u64, Ordering::Relaxed);
+                if k <= FAST_MAX && k <= link.max_data() {
+                    buf[..DATA_PREFIX].copy_from_slice(&data_prefix(flow.id, k));
+                    if link.send_data_now(&buf, k) {
+                        // On the wire already: the bytes never waited here.
+                        buf.clear();
+                        flow.send_pool.add_permits(n);
+                        Release::sent(&**flow, k, true);
+                        continue;
+                    }
+                }
+                flow.send_pool.add_permits(n - k);
+                flow.tx.lock().unwrap().queued += k;
+                buf.advance(DATA_PREFIX);
                 let lease = Lease::new(flow.clone(), k);
-                // Straight onto the WAN socket if the link is idle, else queued
-                // for the strategy (link.rs).
+                // Onto the WAN socket from here if the link is idle (a chunk too
+                // large for the fast path), else queued for the strategy (link.rs).
                 link.push_chunk(Chunk {
                     flow: flow.id,
                     data: buf.split().freeze(),
@@ -567,25 +611,31 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
     }
 }
 
-async fn wan_to_lan(
+/// Writes the GSo1 header (remote side only), then lets the link reader write
+/// received data to the LAN socket directly. Err: how the WAN → LAN direction
+/// ended already.
+async fn start_down(
     flow: &Arc<Flow>,
     link: &Arc<Link>,
     s: &Arc<TcpStream>,
-    origin: Option<[u8; ORIGIN_LEN]>,
-) -> End {
+    origin: Option<Bytes>,
+) -> Result<(), End> {
     if let Some(h) = origin {
-        let mut header = vec![Bytes::copy_from_slice(&h)];
+        let mut header = vec![h];
         let ok = tokio::select! {
             r = write_all(s, &mut header) => r.is_ok(),
-            _ = flow.abort.cancelled() => return End::Reset,
+            _ = flow.abort.cancelled() => return Err(End::Reset),
         };
         if !ok {
             reset_here(flow, link, ResetReason::LanReset);
-            return End::Reset;
+            return Err(End::Reset);
         }
     }
-    // From now on the link reader may write received data directly.
     flow.rx.lock().unwrap().lan = Some(s.clone());
+    Ok(())
+}
+
+async fn wan_to_lan(flow: &Arc<Flow>, link: &Arc<Link>, s: &Arc<TcpStream>) -> End {
     let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_IOV);
     loop {
         let fin = loop {

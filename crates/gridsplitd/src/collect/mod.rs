@@ -12,6 +12,7 @@
 
 pub mod flow;
 
+use bytes::Bytes;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -250,10 +251,17 @@ pub async fn serve_remote_open(
         return;
     };
     let window = flow.set_window(permit);
+    // The node learns its peer from the GSo1 header, so it goes out before the
+    // peer gateway hears that the flow is open: from then on a stop or a reset
+    // may close the socket at any moment. A fresh socket takes it at once; if it
+    // somehow does not, the relay writes it first thing.
+    let origin = lanproto::encode_origin(src);
+    let sent = stream.try_write(&origin).unwrap_or(0);
+    let rest = (sent < origin.len()).then(|| Bytes::copy_from_slice(&origin[sent..]));
     link.queue_control(Frame::OpenReply {
         flow: flow.id,
         status: Status::Ok as u8,
         window,
     });
-    flow::relay(flow, link, stream, Some(lanproto::encode_origin(src))).await;
+    flow::relay(flow, link, stream, rest).await;
 }

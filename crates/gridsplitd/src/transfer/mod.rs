@@ -57,6 +57,9 @@ pub trait WanTxNow: Send + Sync + 'static {
     /// it from `segs`; Ok(true) when everything went. The caller must be the only
     /// writer at that moment.
     fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool>;
+    /// Writes as much of one contiguous buffer as the transport takes without
+    /// waiting; returns how much (0 when it takes nothing now). Same caller rule.
+    fn try_send_slice(&self, buf: &[u8]) -> io::Result<usize>;
 }
 
 /// Sending half.

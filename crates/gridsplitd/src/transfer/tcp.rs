@@ -208,12 +208,19 @@ pub(crate) fn try_write_segments(stream: &TcpStream, segs: &mut Vec<Bytes>) -> i
         if first == segs.len() {
             break Ok(true);
         }
-        let iov: Vec<IoSlice<'_>> = segs[first..]
-            .iter()
-            .take(MAX_IOV)
-            .map(|s| IoSlice::new(s))
-            .collect();
-        match stream.try_write_vectored(&iov) {
+        // On the stack: a relayed message is often one or two segments, and a
+        // heap allocation per write is measurable on the latency path.
+        let mut iov = [IoSlice::new(&[]); MAX_IOV];
+        let cnt = (segs.len() - first).min(MAX_IOV);
+        for (d, s) in iov.iter_mut().zip(&segs[first..first + cnt]) {
+            *d = IoSlice::new(s);
+        }
+        let res = if cnt == 1 {
+            stream.try_write(&segs[first])
+        } else {
+            stream.try_write_vectored(&iov[..cnt])
+        };
+        match res {
             Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
             Ok(mut n) => {
                 while first < segs.len() && n >= segs[first].len() {
@@ -291,6 +298,13 @@ impl WanTxNow for TcpTx {
     fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool> {
         try_write_segments(&self.stream, segs)
     }
+
+    fn try_send_slice(&self, buf: &[u8]) -> io::Result<usize> {
+        match self.stream.try_write(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            r => r,
+        }
+    }
 }
 
 impl WanTx for TcpTx {
@@ -328,7 +342,9 @@ impl WanRx for TcpRx {
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.stream.readable().await?;
+                    // poll_read_ready keeps one waker slot in the socket's state;
+                    // `readable()` would register and unregister a waiter per frame.
+                    std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
