@@ -334,6 +334,9 @@ def measure(
     order = chains[rep % len(chains) :] + chains[: rep % len(chains)]
     rec: dict = {"repeat": rep + 1, "order": [c.name for c in order], "ping": {}, "stream": {}}
     samples: dict[str, list[float]] = {c.name: [] for c in order}
+    # Each chain's median per block: blocks of one round ran back to back, so
+    # chain-minus-chain within a round cancels most of the machine's drift.
+    block_medians: dict[str, list[float]] = {c.name: [] for c in order}
     cpu: dict[str, dict[str, float]] = {c.name: {r: 0.0 for r in c.relays} for c in order}
     per_block = -(-count // BLOCKS)
     for _ in range(BLOCKS):
@@ -346,6 +349,7 @@ def measure(
             for r in c.relays:
                 cpu[c.name][r] += cpu_seconds(procs.pid(r)) - cpu0[r]
             samples[c.name] += res["samples_us"]
+            block_medians[c.name].append(statistics.median(res["samples_us"]))
     for c in order:
         xs = sorted(samples[c.name])
         rec["ping"][c.name] = {
@@ -353,6 +357,7 @@ def measure(
             "rtt_us": {"min": xs[0], "median": pct(xs, 50), "mean": statistics.fmean(xs), "p90": pct(xs, 90),
                        "p99": pct(xs, 99), "p999": pct(xs, 99.9), "max": xs[-1]},
             "relay_cpu_s": cpu[c.name],
+            "block_medians_us": block_medians[c.name],
         }
         r = rec["ping"][c.name]["rtt_us"]
         console.print(f"  repeat {rep + 1}/{repeat} ping   {c.name:<11} median {r['median']:8.2f} µs"
@@ -369,6 +374,13 @@ def measure(
             + (f"   relays {used / (res['bytes'] / 1e9):.3f} CPU-s/GB" if c.relays else "")
         )
     return [rec]
+
+
+def paired_hop(run: dict, chain: str, base: str) -> float:
+    """Median over a repeat's rounds of (chain − base) / 2, block against block of
+    the same round; 0-dimensional when older results have no block medians."""
+    a, b = (run["ping"][x].get("block_medians_us") or [run["ping"][x]["rtt_us"]["median"]] for x in (chain, base))
+    return statistics.median((x - y) / 2 for x, y in zip(a, b))
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -388,6 +400,7 @@ def summarize(runs: list[dict]) -> dict:
             m["added_rtt_per_hop_us"] = stats(
                 [(r["ping"][c]["rtt_us"]["median"] - r["ping"]["direct"]["rtt_us"]["median"]) / 2 for r in runs]
             )
+            m["added_rtt_per_hop_paired_us"] = stats([paired_hop(r, c, "direct") for r in runs])
             m["added_p99_per_hop_us"] = stats(
                 [(r["ping"][c]["rtt_us"]["p99"] - r["ping"]["direct"]["rtt_us"]["p99"]) / 2 for r in runs]
             )
@@ -403,9 +416,10 @@ def summarize(runs: list[dict]) -> dict:
             )
         out[c] = m
     g, h = out["gridsplitd"], out["haproxy"]
+    out["gridsplitd_minus_haproxy_per_hop_paired_us"] = stats([paired_hop(r, "gridsplitd", "haproxy") for r in runs])
     out["ratios_gridsplitd_over_haproxy"] = {
         k: (g[k]["median"] / h[k]["median"] if h[k]["median"] else None)
-        for k in ("added_rtt_per_hop_us", "added_p99_per_hop_us", "throughput_gbps", "relay_cpu_s_per_gb",
+        for k in ("added_rtt_per_hop_us", "added_rtt_per_hop_paired_us", "added_p99_per_hop_us", "throughput_gbps", "relay_cpu_s_per_gb",
                   "relay_cpu_us_per_round_trip")
     }
     out["targets"] = {
@@ -423,6 +437,7 @@ ROWS = [
     ("rtt_median_us", "8 B ping-pong RTT, median (µs)", 2),
     ("rtt_p99_us", "8 B ping-pong RTT, p99 (µs)", 2),
     ("added_rtt_per_hop_us", "added RTT per relay hop, median (µs)", 2),
+    ("added_rtt_per_hop_paired_us", "added RTT per relay hop, paired per block (µs)", 2),
     ("added_p99_per_hop_us", "added RTT per relay hop, p99 (µs)", 2),
     ("throughput_gbps", "one-stream throughput (Gb/s)", 2),
     ("relay_cpu_s_per_gb", "relay CPU, both relays (CPU-s per GB)", 3),
@@ -471,7 +486,9 @@ def markdown(doc: dict) -> str:
         f"Load average before/after: {m['loadavg_before']} / {m['loadavg_after']}.",
         "",
         "Each chain has two relay hops; added RTT per hop = (chain RTT − direct RTT) / 2 in the same "
-        "repeat. Relay CPU is utime+stime of both relay processes during the stream, per GB carried. "
+        "repeat; the paired row takes that difference block by block (blocks of one round run back to "
+        "back) and its median over the repeat's rounds, which cancels most of the machine's drift. "
+        "Relay CPU is utime+stime of both relay processes during the stream, per GB carried. "
         "`floor` is two minimal blocking C relays (recv then send, one thread per direction), `epoll` "
         "two minimal single-thread epoll C relays (recv then send in the same wake-up): the cost of the "
         "extra sockets and wake-ups alone on this machine.",
@@ -486,6 +503,11 @@ def markdown(doc: dict) -> str:
             + f" | {f'{r:.2f}' if r is not None else '—'} |"
         )
     tg = s["targets"]
+    d = s.get("gridsplitd_minus_haproxy_per_hop_paired_us")
+    if d:
+        lines += ["", f"gridsplitd − HAProxy per hop, paired per block: {cell(d, 2)} µs "
+                      f"(negative: gridsplitd adds less; {sum(v < 0 for v in d['values'])} of "
+                      f"{len(d['values'])} repeats)."]
     lines += [
         "",
         "Targets: added RTT per hop ≤ 10 µs: " + ("met" if tg["added_rtt_per_hop_le_10us"] else "**missed**")
