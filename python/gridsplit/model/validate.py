@@ -196,13 +196,16 @@ def bench_rows(files: list[Path]) -> list[dict[str, Any]]:
             lines = f.read_text().splitlines()
         except OSError as e:
             raise GridsplitError(f"{f}: cannot read ({e.strerror})") from None
+        topo: dict[str, Any] = {}
         for line in lines:
             try:
                 d = json.loads(line)
             except ValueError:
                 continue
-            if d.get("kind") == "point" and d.get("op") == "gather":
-                rows.append({**d, "file": str(f)})
+            if d.get("kind") == "meta":
+                topo = d.get("topology") or {}
+            elif d.get("kind") == "point" and d.get("op") == "gather":
+                rows.append({**d, "file": str(f), "topology": (topo.get("name"), topo.get("scale"))})
     return rows
 
 
@@ -211,9 +214,13 @@ def analyse_bench(rows: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
     with a congestion factor kappa per mode (grid.fit_kappa), cross-validated by
     leaving out the node count being predicted."""
     impl = ps.meta.get("impl")
+    t = ps.meta.get("topology") or {}
+    where = (t.get("name"), t.get("scale"))
+    modes = {md for md, k in (("direct", "wan"), ("split", "split")) if k in ps.paths}
     groups: dict[tuple, list[float]] = {}
     for r in rows:
-        if impl and r.get("impl") != impl:
+        # Only points of the grid (and rate scale) the parameters were measured on, and of the same library.
+        if (impl and r.get("impl") != impl) or r.get("topology") != where or r.get("mode") not in modes:
             continue
         try:
             groups.setdefault((r["mode"], int(r["nodes"]), int(r["size_bytes"])), []).append(float(r["per_rep_s"]["median"]))
@@ -238,11 +245,12 @@ def analyse_bench(rows: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
                        "measured_min": min(meds), "measured_max": max(meds), "runs": len(meds), "predicted": pred,
                        "error": rel_error(pred, meas), "predicted_kappa": predk, "kappa_used": k,
                        "error_kappa": rel_error(predk, meas)})
+    used = sorted({r["file"] for r in rows if r.get("topology") == where})
     return {"points": points, "errors": summarize(points) if points else None,
             "errors_kappa": summarize([{**p, "error": p["error_kappa"]} for p in points]) if points else None,
             "errors_kappa_by_mode": {md: summarize([{**p, "error": p["error_kappa"]} for p in points if p["mode"] == md])
                                      for md in sorted({p["mode"] for p in points})},
-            "kappa": kappa, "files": sorted({r["file"] for r in rows}), "impl": impl}
+            "kappa": kappa, "files": used, "impl": impl}
 
 
 def report_lines(result: dict[str, Any]) -> list[str]:
