@@ -8,7 +8,6 @@ put the retransmissions where the drops were.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time

@@ -70,17 +70,19 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         "",
     ]
     for w in peers:
-        m = (measured or {}).get(w.peer(site))
-        if m is None:
-            if measured is not None:
-                lines.append(f"# {w.peer(site)}: not in {measured_from or 'the netcheck report'}; topology figures")
-            lines += ["[[link]]", f'peer = "{w.peer(site)}"', f"bandwidth_bps = {int(w.rate_mbps * 1e6)}",
-                      f"rtt_ms = {w.rtt_ms:g}", ""]
-            continue
-        lines += [f"# {w.peer(site)}: measured by netcheck ({measured_from}): buffer = headroom x BDP, pacing at the "
-                  f"path's rate", "[[link]]", f'peer = "{w.peer(site)}"', f"bandwidth_bps = {m['bandwidth_bps']}",
-                  f"rtt_ms = {m['rtt_ms']:g}", f"socket_buffer = {m['socket_buffer']}", f"pacing_bps = {m['pacing_bps']}",
-                  f'congestion = "{m["congestion"]}"', ""]
+        peer = w.peer(site)
+        m = (measured or {}).get(peer)
+        if m is not None:
+            lines.append(f"# {peer}: measured by netcheck ({measured_from}): buffer = headroom x BDP, pacing at the "
+                         f"path's rate")
+        elif measured is not None:
+            lines.append(f"# {peer}: not in {measured_from or 'the netcheck report'}; topology figures")
+        fig = m or {"bandwidth_bps": int(w.rate_mbps * 1e6), "rtt_ms": w.rtt_ms}
+        lines += ["[[link]]", f'peer = "{peer}"', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}"]
+        if m is not None:
+            lines += [f"socket_buffer = {m['socket_buffer']}", f"pacing_bps = {m['pacing_bps']}",
+                      f'congestion = "{m["congestion"]}"']
+        lines.append("")
     return "\n".join(lines) + "\n" + sites_toml(topo)
 
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import secrets
 import shutil
 import signal
@@ -64,7 +63,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gridsplit import sysdeps
+from gridsplit import machine, sysdeps
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAINS = ("direct", "floor", "epoll", "gridsplitd", "haproxy")
@@ -474,7 +473,7 @@ def markdown(doc: dict) -> str:
     lines = [
         f"# Relay benchmark, {doc['date']} on {m['hostname']}",
         "",
-        f"Machine: {m['cpu_model']}, {m['cores']} cores, Linux {m['kernel']}.  ",
+        f"Machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}.  ",
         f"Versions: gridsplitd {doc['versions']['gridsplitd']}; {doc['versions']['haproxy']}.  ",
         f"Parameters: {p['repeat']} repeats (processes restarted and chain order rotated every repeat), "
         f"{p['ping_count']} round trips of {p['ping_size']} B per chain and repeat, in {BLOCKS} blocks "
@@ -532,23 +531,6 @@ def markdown(doc: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def machine_facts() -> dict:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "hostname": socket.gethostname(),
-        "cpu_model": model,
-        "cores": os.cpu_count(),
-        "kernel": platform.release(),
-    }
 
 
 def loadavg() -> str:
@@ -694,7 +676,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
         "benchmark": "relay",
         "date": date,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {**machine_facts(), "loadavg_before": load_before, "loadavg_after": loadavg()},
+        "machine": {**machine.facts(), "loadavg_before": load_before, "loadavg_after": loadavg()},
         "versions": versions(gsd, named),
         "parameters": {
             "repeat": repeat, "seconds": seconds, "ping_count": count, "ping_blocks": BLOCKS, "ping_warmup_per_block": BLOCK_WARMUP,

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from ..errors import GridsplitError
-from .sweep import read_rows, summarize
+from .sweep import median_of, read_rows, summarize, variant_tag
 from .units import fmt_size
 
 # Seed 000 Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
@@ -52,8 +52,9 @@ def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
 
 
 def _variant(r: dict) -> str:
-    v = r.get("variant") or {}
-    return "direct" if r["mode"] == "direct" else f"split {v.get('strategy')}/{v.get('congestion')}"
+    """Plot and table label of a row's mode and gateway variant."""
+    tag = variant_tag(r)
+    return tag if tag == "direct" else f"split {tag}"
 
 
 def _png(fig, outdir: Path, name: str) -> str:
@@ -235,11 +236,6 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
-def _med(vals):
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
-
-
 def retrans_tables(points: list[dict]) -> str:
     """Seed 000 Tables 1-2, our numbers beside MPI5000's (medians over repetitions, per 200 operations)."""
     parts = []
@@ -254,7 +250,7 @@ def retrans_tables(points: list[dict]) -> str:
                 def val(variant, cls):
                     rs = [r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m) and _variant(r) == variant]
                     # Rows ran with different rep counts under --budget: scale to 200 like the seed.
-                    v = _med([r["counters"][cls].get(counter, 0) * 200 / r["reps"] for r in rs])
+                    v = median_of([r["counters"][cls].get(counter, 0) * 200 / r["reps"] for r in rs])
                     return "-" if v is None else f"{v:.0f}"
                 row = [n, fmt_size(m), val("direct", "local"), val("direct", "distant")]
                 for sv in split_vars[:1]:
@@ -326,17 +322,15 @@ def _cpu_points(points: list[dict], split_var: str) -> list[dict]:
     for r in points:
         if r["op"] != "gather":
             continue
-        var = r.get("variant") or {}
-        v = "direct" if r["mode"] == "direct" else f"split:{var.get('strategy')}:{var.get('congestion')}"
-        g[(r["impl"], r["nodes"], r["size_bytes"])][v].append(r)
+        g[(r["impl"], r["nodes"], r["size_bytes"])][variant_tag(r)].append(r)
     out = []
     for (impl, n, m), by in sorted(g.items()):
-        d, s = by.get("direct"), by.get("split:" + split_var)
+        d, s = by.get("direct"), by.get(split_var)
         if not d or not s:
             continue
-        dn = _med([r["cpu"]["senders"]["mean_pct"] for r in d])
-        sn = _med([r["cpu"]["senders"]["mean_pct"] for r in s])
-        gw = _med([max((x["pct"] or 0) for x in r["cpu"]["gateways"].values()) for r in s if r["cpu"]["gateways"]])
+        dn = median_of([r["cpu"]["senders"]["mean_pct"] for r in d])
+        sn = median_of([r["cpu"]["senders"]["mean_pct"] for r in s])
+        gw = median_of([max((x["pct"] or 0) for x in r["cpu"]["gateways"].values()) for r in s if r["cpu"]["gateways"]])
         if dn is None or sn is None:
             continue
         out.append({"impl": impl, "nodes": n, "size_bytes": m, "delta": sn - dn, "gw": gw})
@@ -363,8 +357,9 @@ def build_report(paths: list[Path], outdir: Path) -> Path:
     reps = sorted({r["reps"] for r in points})
     hangs = sum(1 for r in points if r.get("finalize_hang"))
     notes = [f"{len(points)} runs from {', '.join(html.escape(str(p)) for p in paths)}.",
-             f"Repetitions per run: {', '.join(map(str, reps))} (capped by --budget for large points; totals and "
-             "counters in tables are per 200 operations).",
+             f"Repetitions per run: {', '.join(map(str, reps))} (capped by --budget for large points; counters in "
+             "Tables 1-2 are scaled to 200 operations, times are each run's own total, and direct and split of a "
+             "point ran the same repetitions).",
              "Ratios are split/direct per repetition (the two ran back to back), then the median and min-max over repetitions.",
              "Local = connections with both ends in one site (node↔node, node↔gateway); distant = across the WAN "
              f"(counters attributed per connection by the kernel's tcp_retransmit_skb trace: "

@@ -89,6 +89,20 @@ class Point:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion)
 
 
+def variant_tag(row: dict[str, Any]) -> str:
+    """"direct", or the split run's gateway variant as "strategy:congestion" (tables, plots, file names)."""
+    if row["mode"] == "direct":
+        return "direct"
+    v = row.get("variant") or {}
+    return f"{v.get('strategy')}:{v.get('congestion')}"
+
+
+def median_of(vals) -> float | None:
+    """Median of the values that are present, or None."""
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
 def row_key(row: dict[str, Any]) -> tuple:
     v = row.get("variant") or {}
     return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
@@ -215,10 +229,13 @@ def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, fl
 
 # -- running one point -------------------------------------------------------------
 
-def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps: int, check: bool,
-              timeout: float) -> dict[str, Any]:
+def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_requested: int, budget: float,
+              check: bool) -> dict[str, Any]:
     topo = state.topo
     root, senders = placement(topo, p.op, p.nodes)
+    bound = bound_per_rep(topo, p.op, root, senders, p.size)
+    reps = effective_reps(reps_requested, budget, bound)
+    timeout = max(120.0, 20 * bound * reps + 60)
     ranks = [root, *senders]
     gws = [h for h in topo.hosts() if h.role == "gateway" and h.site in {root.site, senders[0].site}]
     watched = {h.name: h for h in [*ranks, *gws]}
@@ -254,14 +271,13 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps: int,
     if res.get("verified") is False:
         raise GridsplitError(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: received data failed "
                              "verification (--check); the run is not recorded")
-    bound = bound_per_rep(topo, p.op, root, senders, p.size)
     traced = tr.by_class(topo) if tr else None
     counted = sum(d.get("RetransSegs", 0) for d in deltas.values())
     return {
         "kind": "point", "schema": SCHEMA, "op": p.op, "mode": p.mode,
         "variant": {"strategy": p.strategy, "congestion": p.congestion} if p.mode == "split" else None,
         "impl": p.impl, "impl_version": res.get("impl_version"), "nodes": len(senders), "ranks": len(ranks),
-        "size_bytes": p.size, "reps": res["reps"], "repeat": p.repeat,
+        "size_bytes": p.size, "reps": res["reps"], "reps_requested": reps_requested, "repeat": p.repeat,
         "total_s": res["total_s"],
         "per_rep_s": {k: res[f"{k}_s"] for k in ("min", "median", "mean", "max")},
         "verified": res.get("verified"),
@@ -369,7 +385,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     if done:
         con.print(f"[dim]·[/dim] resuming {out}: {len(pts) - len(todo)} of {len(pts)} points already measured")
     if not todo:
-        return [done[p.key] for p in pts if p.key in done]
+        return [done[p.key] for p in pts]
     state = ensure_lab(names, topology, max(nodes), scale, con)
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
@@ -397,8 +413,8 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     finally:
         if trace:
             trace.close()
-    byk = {**done, **{row_key(r): r for r in rows}}
-    return [byk[p.key] for p in pts if p.key in byk] + [r for r in rows if row_key(r) not in {p.key for p in pts}]
+    done.update((row_key(r), r) for r in rows)
+    return [done[p.key] for p in pts if p.key in done]
 
 
 def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
@@ -414,14 +430,9 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
                 bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control {p.congestion}")
                 state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion)
                 variant = (p.strategy, p.congestion)
-            root, senders = placement(state.topo, p.op, p.nodes)
-            bound = bound_per_rep(state.topo, p.op, root, senders, p.size)
-            r = effective_reps(reps, budget, bound)
-            timeout = max(120.0, 20 * bound * r + 60)
             bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + p.strategy if p.mode == 'split' else ''} #{p.repeat}")
-            row = run_point(state, trace, p, r, check, timeout)
-            row["reps_requested"] = reps
+            row = run_point(state, trace, p, reps, budget, check)
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
@@ -443,9 +454,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         if r.get("kind") != "point":
             continue
-        v = r.get("variant") or {}
-        tag = "direct" if r["mode"] == "direct" else f"split:{v.get('strategy')}:{v.get('congestion')}"
-        groups.setdefault((r["op"], r["impl"], r["nodes"], r["size_bytes"]), {}).setdefault(tag, []).append(r)
+        groups.setdefault((r["op"], r["impl"], r["nodes"], r["size_bytes"]), {}).setdefault(variant_tag(r), []).append(r)
     out = []
     for (op, impl, n, m), by in sorted(groups.items()):
         direct = by.get("direct", [])
@@ -454,7 +463,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             d = _med(direct, "total_s")
             ratios = _paired_ratios(direct, split)
             out.append({
-                "op": op, "impl": impl, "nodes": n, "size_bytes": m, "variant": tag.split(":", 1)[1],
+                "op": op, "impl": impl, "nodes": n, "size_bytes": m, "variant": tag,
                 "direct_s": d, "split_s": s, "ratio": statistics.median(ratios) if ratios else None,
                 "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
                 "repeats": len(ratios),
@@ -467,9 +476,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _med(rows: list[dict], key) -> float | None:
-    vals = [key(r) if callable(key) else r.get(key) for r in rows]
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
+    return median_of(key(r) if callable(key) else r.get(key) for r in rows)
 
 
 def _paired_ratios(direct: list[dict], split: list[dict]) -> list[float]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..topology import Host
-from .realize import LabState
+from .realize import LabState, stop_pids
 
 IMPLS = ("mpich", "openmpi")
 
@@ -178,19 +177,8 @@ def _stop_group(proc: subprocess.Popen) -> None:
     The tree is listed before the first signal: once the launcher dies its
     children are re-parented and could no longer be told from other processes.
     """
-    tree = [proc.pid, *descendants(proc.pid)]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in tree:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in tree[1:]):
-            time.sleep(0.05)
-        try:
-            proc.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            continue
-        if not any(Path(f"/proc/{p}").exists() for p in tree[1:]):
-            return
+    stop_pids([proc.pid, *descendants(proc.pid)])
+    try:
+        proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        pass

@@ -114,7 +114,7 @@ def restart_gateways(state: LabState, **overrides: str) -> LabState:
     names = state.names
     with _lock(names):
         pids = state.data.get("pids", {})
-        _kill([p for k, p in pids.items() if k.startswith("gw-")])
+        stop_pids([p for k, p in pids.items() if k.startswith("gw-")])
         merged = {**state.data.get("gateway_overrides", {}), **overrides}
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
         new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites)
@@ -358,7 +358,7 @@ def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int) -> tuple[i
     comp = int(min(max(overhead_us / 2, 0), 1000))
     if comp == 0:
         return pid, 0
-    _kill([pid])
+    stop_pids([pid])
     return _start_wanem(topo, names, wanem, comp), comp
 
 
@@ -408,8 +408,8 @@ def down(names: LabNames) -> list[str]:
         return _teardown(names)
 
 
-def _kill(pids: list[int]) -> None:
-    """SIGTERM, up to 3 s to exit, then SIGKILL for whatever is left."""
+def stop_pids(pids: list[int]) -> None:
+    """SIGTERM, up to 3 s to exit, then SIGKILL for whatever is left (zombies count as gone)."""
     def alive(p: int) -> bool:
         return Path(f"/proc/{p}").exists() and not _zombie(p)
 
@@ -449,7 +449,7 @@ def _teardown(names: LabNames) -> list[str]:
         except ValueError:
             pass
     pids.discard(os.getpid())
-    _kill(sorted(pids))
+    stop_pids(sorted(pids))
     for ns in ours:
         run(["ip", "netns", "del", ns], check=False)
         removed.append(ns)

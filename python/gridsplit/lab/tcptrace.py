@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +111,6 @@ class Trace:
         """None if tracing works here, else why not (for a one-line note)."""
         if not (TRACEFS / "instances").is_dir():
             # Mounting tracefs is harmless and idempotent; systemd does it at boot.
-            import subprocess
             subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True)
         for ev in EVENTS:
             if not (TRACEFS / "events" / ev).is_dir():
