@@ -11,7 +11,6 @@ same path is OK.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PREFIX, gridsplit, needs_root
 from gridsplit.netcheck import diagnose as D
 from gridsplit.netcheck import measure, tuning
 from gridsplit.netcheck.runner import parse_facts, parse_ping, rtt_stats
 
 DATA = Path(__file__).parent / "data" / "netcheck"
 ROOT = Path(__file__).parent.parent
-PREFIX = "gnc"
 
 
 def recorded(name: str) -> tuple[dict, dict]:
@@ -182,9 +181,9 @@ def test_ping_and_facts_parsing():
 # ---------------------------------------------------------------------------
 
 
-def gs(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gridsplit", *args], text=True, capture_output=True, timeout=timeout,
-                          env={**os.environ, "GRIDSPLIT_LAB_PREFIX": PREFIX, **(env or {})})
+def gs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    # The lab prefix is conftest's (GRIDSPLIT_LAB_PREFIX), like every other lab test's.
+    return gridsplit(*args, check=False, timeout=timeout)
 
 
 @pytest.mark.parametrize("args,expect", [
@@ -232,8 +231,7 @@ def test_ssh_refused_is_unmeasured_with_reason(tmp_path):
 
 @pytest.fixture(scope="module")
 def wizard_lab():
-    if os.geteuid() != 0:
-        pytest.skip("lab tests need root (network namespaces)")
+    needs_root()
     gs("lab", "down")
     cp = gs("lab", "up", "--topology", str(DATA / "wizard2.toml"))
     assert cp.returncode == 0, cp.stderr

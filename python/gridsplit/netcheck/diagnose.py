@@ -99,6 +99,11 @@ def mathis_mbps(mss: int, rtt_ms: float, p: float) -> float:
     return mss * 8 / (rtt_ms / 1000) * MATHIS_C / math.sqrt(p) / 1e6
 
 
+def least(key: str, *facts: dict[str, Any]) -> Any:
+    """The smallest value of a host fact among the hosts that report it (None if none does)."""
+    return min((f[key] for f in facts if f.get(key)), default=None)
+
+
 def backlog_ceiling_mbps(backlog: int | None, hz: int | None) -> float | None:
     """Seed 001 §3: at most backlog packets per timer tick, i.e. backlog x HZ x 1500 B per second."""
     if not backlog or not hz:
@@ -168,10 +173,7 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
     # Per stream; n parallel streams each get their own share of the bound.
     mathis = mathis_mbps(flow.get("mss", 1448), srtt, p) * max(flow.get("streams", 1), 1)
     buf = buffer_limits(flow, src, dst)
-    backlog = backlog_ceiling_mbps(min((f.get("net.core.netdev_max_backlog") or 10**9) for f in (src, dst)),
-                                   min((f.get("hz") or 10**9) for f in (src, dst)))
-    if backlog and backlog > 1e9:
-        backlog = None
+    backlog = backlog_ceiling_mbps(least("net.core.netdev_max_backlog", src, dst), least("hz", src, dst))
     cpu = max(flow.get("cpu_sender_percent") or 0, flow.get("cpu_receiver_percent") or 0)
     ev = {"fraction": round(frac, 4), "goodput_mbps": g, "max_goodput_mbps": round(max_goodput_mbps, 2),
           "capacity_mbps": capacity_mbps, "rtt_ms": round(srtt, 3), "base_rtt_ms": round(base_rtt, 3),

@@ -28,17 +28,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import GridsplitError
+from ..lab.check import FRAME_OVERHEAD
 from .diagnose import DEFAULT_THRESHOLDS, diagnose, grid_status, summarize_iperf
 from .runner import Endpoint, LabRunner, Runner, SshRunner
 from .tuning import DEFAULT_HEADROOM, buffer_for, cell_advice, site_advice
 
 SCHEMA = "gridsplit.netcheck/1"
 # Bytes on the wire per TCP segment beyond its payload. The lab's tbf shapes
-# frames (Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12, as lab check counts);
-# a real Ethernet link also carries preamble, FCS and inter-frame gap (24 more:
-# 1 GbE gives 941 Mb/s of TCP goodput, seed 001 Table 1's footnote).
-LAB_OVERHEAD = 66
-ETHERNET_OVERHEAD = 66 + 24
+# frames (lab check's FRAME_OVERHEAD); a real Ethernet link also carries
+# preamble, FCS and inter-frame gap (24 more: 1 GbE gives 941 Mb/s of TCP
+# goodput, seed 001 Table 1's footnote).
+LAB_OVERHEAD = FRAME_OVERHEAD
+ETHERNET_OVERHEAD = FRAME_OVERHEAD + 24
 
 
 @dataclass
@@ -161,7 +162,7 @@ def load_hosts(path: str) -> tuple[Target, int | None]:
                 addr = h.get("address", target.rsplit("@", 1)[-1])
             if user and "@" not in target:
                 target = f"{user}@{target}"
-            eps.append(Endpoint(addr if isinstance(h, str) else f"{addr}", name, addr, target))
+            eps.append(Endpoint(addr, name, addr, target))
         cap = s.get("capacity_mbps")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
             raise GridsplitError(f"{path}: site[{i}].capacity_mbps: must be a positive number of Mb/s, e.g. 1000")
@@ -310,7 +311,7 @@ class Session:
         return flow
 
     def measure_cell(self, a: str, b: str) -> dict[str, Any]:
-        s, thr = self.s, self.s.thresholds
+        s = self.s
         cell: dict[str, Any] = {"src_site": a, "dst_site": b, "status": "unmeasured", "reason": None}
         src, why_a = self.representative(a)
         dst, why_b = self.representative(b)
@@ -394,18 +395,21 @@ class Session:
 
     def run(self, pairs: list[tuple[str, str]], on_cell: Callable[[int, int, dict], None] = lambda i, n, c: None) -> dict:
         cells = {}
-        for i, (a, b) in enumerate(pairs):
-            if (a, b) in self.done:
-                cells[(a, b)] = self.done[(a, b)]
-                on_cell(i, len(pairs), cells[(a, b)])
-                continue
-            cells[(a, b)] = self.measure_cell(a, b)
-            on_cell(i, len(pairs), cells[(a, b)])
+
+        def collect() -> None:
+            # This run's cells in order, then the resumed report's other measured cells.
             self.report["cells"] = list(cells.values()) + [c for k, c in self.done.items() if k not in cells]
-            self.save()
-        self.report["cells"] = list(cells.values()) + [c for k, c in self.done.items() if k not in cells]
+
+        for i, (a, b) in enumerate(pairs):
+            fresh = (a, b) not in self.done
+            cells[(a, b)] = self.measure_cell(a, b) if fresh else self.done[(a, b)]
+            on_cell(i, len(pairs), cells[(a, b)])
+            if fresh:
+                collect()
+                self.save()
+        collect()
         self.report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self.report["site_advice"] = site_advice(self.report["cells"], {**{k: v for k, v in self.report["hosts"].items()}})
+        self.report["site_advice"] = site_advice(self.report["cells"], self.report["hosts"])
         self.save()
         return self.report
 

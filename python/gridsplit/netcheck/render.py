@@ -15,6 +15,8 @@ from typing import Any, Callable
 from rich.table import Table
 from rich.text import Text
 
+from .tuning import setsockopt_text
+
 STATUS_STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unmeasured": "dim"}
 STATUS_COLOR = {"ok": "#2e9e44", "warning": "#f2c12e", "critical": "#d64541", "unmeasured": "#b0b0b0"}
 VERDICT_SHORT = {"ok": "ok", "window-limited": "WIN", "loss-limited": "LOSS", "host-limited": "HOST",
@@ -159,13 +161,8 @@ def render(report: dict[str, Any], con, details: int = 8) -> None:
             con.print(f"    [dim]congestion control: {a['congestion']['algorithm']}: {a['congestion']['why']}[/dim]")
         best = max(adv.values(), key=lambda a: a["buffer_bytes"])
         con.print("  Without root, an application can ask for its own buffers (setsockopt) instead:")
-        for line in _setsockopt(best["buffer_bytes"]).splitlines():
+        for line in setsockopt_text(best["buffer_bytes"]).splitlines():
             con.print(f"    {line}", highlight=False, markup=False)
-
-
-def _setsockopt(n: int) -> str:
-    from .tuning import setsockopt_text
-    return setsockopt_text(n)
 
 
 # ---------------------------------------------------------------------------

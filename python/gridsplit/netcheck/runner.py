@@ -297,7 +297,7 @@ class SshRunner(Runner):
             # kernel clamps it to rmem_max/wmem_max, which the record shows.
             yield {"method": "socket" if self.tune_mode == "socket" else "none", "window": nbytes}
             return
-        keys = ("net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
+        from ..lab.iperf import BUF_KEYS as keys  # the same four the lab raises, in the same order
         saved: dict[Endpoint, list[str]] = {}
         try:
             for h in hosts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .diagnose import backlog_ceiling_mbps
+from .diagnose import backlog_ceiling_mbps, least
 
 DEFAULT_HEADROOM = 2.0
 MIN_BUFFER = 1 << 16
@@ -108,10 +108,8 @@ def cell_advice(cell: dict[str, Any], src_facts: dict[str, Any], dst_facts: dict
     loss = judged == "loss-limited"
     mss = (cell.get("tuned") or cell.get("untuned") or {}).get("mss") or 1448
     cc = congestion_for(base, bdp, mss, loss)
-    hz = min((f.get("hz") for f in (src_facts, dst_facts) if f.get("hz")), default=None)
-    backlog_now = min((f.get("net.core.netdev_max_backlog") for f in (src_facts, dst_facts)
-                       if f.get("net.core.netdev_max_backlog")), default=None)
-    ceiling = backlog_ceiling_mbps(backlog_now, hz)
+    hz = least("hz", src_facts, dst_facts)
+    ceiling = backlog_ceiling_mbps(least("net.core.netdev_max_backlog", src_facts, dst_facts), hz)
     backlog = backlog_for(cap, hz) if ceiling is not None and ceiling < cap else None
     # What the flows actually used (the lab sets CC per route, over the sysctl).
     current = [(cell.get(k) or {}).get("congestion") for k in ("untuned", "tuned")] or \
