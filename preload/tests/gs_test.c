@@ -80,25 +80,22 @@ static struct sockaddr_in sin4(const char *ip, unsigned short port)
     return a;
 }
 
-static void local_name(int fd, char *buf, size_t len)
+/* "ip:port" of fd's own address, or of its peer's: the peer goes through the
+ * preloaded getpeername(), which must report the destination, not the gateway. */
+static void sock_name(int fd, int peer, char *buf, size_t len)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
-        snprintf(buf, len, "getsockname: %s", strerror(errno));
+    int r = peer ? getpeername(fd, (struct sockaddr *)&ss, &sl)
+                 : getsockname(fd, (struct sockaddr *)&ss, &sl);
+    if (r < 0)
+        snprintf(buf, len, "%s: %s", peer ? "getpeername" : "getsockname", strerror(errno));
     else
         fmt_sa((struct sockaddr *)&ss, buf, len);
 }
 
-static void peer_name(int fd, char *buf, size_t len)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
-        snprintf(buf, len, "getpeername: %s", strerror(errno));
-    else
-        fmt_sa((struct sockaddr *)&ss, buf, len);
-}
+static void local_name(int fd, char *buf, size_t len) { sock_name(fd, 0, buf, len); }
+static void peer_name(int fd, char *buf, size_t len) { sock_name(fd, 1, buf, len); }
 
 /* Read exactly n bytes, polling (5 s per wait) if the fd is non-blocking. */
 static int read_full(int fd, void *buf, size_t n)
