@@ -15,7 +15,6 @@ rates. The answer then says it is extrapolated and widens its error band.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -25,13 +24,17 @@ from ..errors import GridsplitError
 from ..topology import Topology
 from . import grid
 from .collectives import select
-from .plogp import ParamSet, PLogP
+from .plogp import ParamSet, PLogP, read_kind
 from .validate import BIG
 
 # Added to the validation's error band when parameters are carried over to
 # another topology: the carry-over keeps latency and bandwidth right but not
 # TCP's window dynamics, which a different RTT x rate changes (our judgement).
 EXTRAPOLATION_PENALTY = 0.25
+# The two-site algorithms compared per operation (grid.predict's names).
+OP_ALGOS = {"gather": ("gather_flat", "gather_two_level"),
+            "bcast": ("bcast_flat", "bcast_chain", "bcast_seg_chain", "bcast_two_level"),
+            "alltoall": ("alltoall_rotated",)}
 
 
 def shipped(name: str) -> Path:
@@ -40,15 +43,8 @@ def shipped(name: str) -> Path:
 
 
 def load_validation(path: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(path.read_text())
-    except OSError as e:
-        raise GridsplitError(f"{path}: cannot read the validation result ({e.strerror}); give one written by `gridsplit model validate`") from None
-    except ValueError as e:
-        raise GridsplitError(f"{path}: not JSON ({e})") from None
-    if d.get("kind") not in ("gridsplit-model-validation", "gridsplit-model-validation-summary"):
-        raise GridsplitError(f"{path}: not a validation result of `gridsplit model validate`")
-    return d
+    return read_kind(path, ("gridsplit-model-validation", "gridsplit-model-validation-summary"),
+                     "a validation result", "give one written by `gridsplit model validate`")
 
 
 def summary_of(result: dict[str, Any]) -> dict[str, Any]:
@@ -129,14 +125,8 @@ def advise(ps: ParamSet, summary: dict[str, Any], topo: Topology, m: int, ops: l
         cands = []
         for mode in modes:
             lan, x = grid.paths(ps2, mode)
-            if op == "gather":
-                algos = ["gather_flat", "gather_two_level"]
-            elif op == "bcast":
-                algos = ["bcast_flat", "bcast_chain", "bcast_seg_chain", "bcast_two_level"]
-            else:
-                algos = ["alltoall_rotated"]
             kappa = summary.get("gather_kappa", {}).get(mode)
-            for a in algos:
+            for a in OP_ALGOS[op]:
                 g = gam.get(mode, gam.get("lan"))
                 pr = grid.predict(a, lan, x, n, m, gamma=g)
                 med, mx = _band(summary, mode, op, m)

@@ -224,23 +224,19 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
 @click.option("--out", type=click.Path(), default=None, help="PNG (parameters) or directory (validation) [next to FILE].")
 def plot(file: str, out: str | None) -> None:
     """Redraw Fig. 1 from a parameter file, or Figs. 2-10 from a validation.json (no lab needed)."""
-    from .plogp import ParamSet
+    from .plogp import KIND, ParamSet, read_kind
     from .plots import fig1_plogp, validation_figures
     from .validate import report_lines
     p = Path(file)
-    try:
-        d = json.loads(p.read_text())
-    except ValueError as e:
-        raise GridsplitError(f"{p}: not JSON ({e})") from None
-    if d.get("kind") == "gridsplit-plogp":
-        _con().print(str(fig1_plogp(ParamSet.load(p), Path(out) if out else p.with_suffix(".png"))))
-    elif d.get("kind") == "gridsplit-model-validation":
+    d = read_kind(p, (KIND, "gridsplit-model-validation"), "a parameter file or a validation.json of `gridsplit model`",
+                  "give one written by `gridsplit model measure` or `gridsplit model validate`")
+    if d["kind"] == KIND:
+        _con().print(str(fig1_plogp(ParamSet.from_dict(d, str(p)), Path(out) if out else p.with_suffix(".png"))))
+    else:
         for f in validation_figures(d, Path(out) if out else p.parent):
             _con().print(str(f))
         for line in report_lines(d):
             _con().print(line, markup=False)
-    else:
-        raise GridsplitError(f"{p}: neither a parameter file nor a validation.json of `gridsplit model`")
 
 
 @model.command()

@@ -34,12 +34,17 @@ class Pairs:
     wan: tuple[Host, Host]
 
 
+def nodes_by_site(state: LabState) -> dict[str, list[Host]]:
+    """The lab's compute nodes per site, in topology order (sites without nodes left out)."""
+    by_site: dict[str, list[Host]] = {}
+    for h in state.topo.nodes():
+        by_site.setdefault(h.site, []).append(h)
+    return by_site
+
+
 def pick_pairs(state: LabState) -> Pairs:
     topo = state.topo
-    nodes = topo.nodes()
-    by_site: dict[str, list[Host]] = {}
-    for h in nodes:
-        by_site.setdefault(h.site, []).append(h)
+    by_site = nodes_by_site(state)
     big = max(by_site.values(), key=len)
     if len(big) < 2:
         raise GridsplitError(f"the lab's topology {topo.name!r} has no site with two nodes; the LAN pair needs one (try `gridsplit lab up --topology mini`)")
@@ -54,9 +59,7 @@ def layout(state: LabState, n_remote: int) -> list[Host]:
 
     The root's site is the one with the fewest nodes (sophia in `paper`).
     """
-    by_site: dict[str, list[Host]] = {}
-    for h in state.topo.nodes():
-        by_site.setdefault(h.site, []).append(h)
+    by_site = nodes_by_site(state)
     if len(by_site) < 2:
         raise GridsplitError("the grid layout needs nodes on two sites")
     sites = sorted(by_site, key=lambda s: len(by_site[s]))

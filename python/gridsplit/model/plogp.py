@@ -21,6 +21,21 @@ from typing import Any
 from ..errors import GridsplitError
 
 QUANTITIES = ("os", "or", "g")
+KIND = "gridsplit-plogp"  # the "kind" of a parameter file
+
+
+def read_kind(path: Path | str, kinds: tuple[str, ...], what: str, hint: str) -> dict[str, Any]:
+    """One of the model's JSON files, whose "kind" is one of `kinds`; else one line saying what is wrong."""
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except OSError as e:
+        raise GridsplitError(f"{p}: cannot read {what} ({e.strerror}); {hint}") from None
+    except ValueError as e:
+        raise GridsplitError(f"{p}: not JSON ({e}); {hint}") from None
+    if not isinstance(d, dict) or d.get("kind") not in kinds:
+        raise GridsplitError(f"{p}: not {what} (no \"kind\": {' or '.join(map(repr, kinds))}); {hint}")
+    return d
 
 
 def monotone(values: list[float]) -> list[float]:
@@ -137,7 +152,7 @@ class ParamSet:
         return self.paths[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "gridsplit-plogp", "version": 1, "meta": self.meta,
+        return {"kind": KIND, "version": 1, "meta": self.meta,
                 "paths": {k: v.to_dict() for k, v in self.paths.items()}}
 
     def save(self, path: Path) -> None:
@@ -145,14 +160,10 @@ class ParamSet:
         path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> "ParamSet":
+        return cls({k: PLogP.from_dict(v, f"{where}: paths.{k}") for k, v in d.get("paths", {}).items()}, d.get("meta", {}))
+
+    @classmethod
     def load(cls, path: Path | str) -> "ParamSet":
-        p = Path(path)
-        try:
-            d = json.loads(p.read_text())
-        except OSError as e:
-            raise GridsplitError(f"{p}: cannot read pLogP parameters ({e.strerror}); give a file written by `gridsplit model measure`") from None
-        except ValueError as e:
-            raise GridsplitError(f"{p}: not JSON ({e}); give a file written by `gridsplit model measure`") from None
-        if not isinstance(d, dict) or d.get("kind") != "gridsplit-plogp":
-            raise GridsplitError(f"{p}: not a pLogP parameter file (no \"kind\": \"gridsplit-plogp\"); give a file written by `gridsplit model measure`")
-        return cls({k: PLogP.from_dict(v, f"{p}: paths.{k}") for k, v in d.get("paths", {}).items()}, d.get("meta", {}))
+        d = read_kind(path, (KIND,), "a pLogP parameter file", "give a file written by `gridsplit model measure`")
+        return cls.from_dict(d, str(path))

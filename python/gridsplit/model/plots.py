@@ -48,11 +48,7 @@ def fig1_plogp(ps: ParamSet, out: Path) -> Path:
     topo = ps.meta.get("topology", {}).get("name", "?")
     fig.suptitle(f"pLogP parameters, {ps.meta.get('impl', '?')} on lab '{topo}' "
                  f"({ps.meta.get('date', '')[:10]}); points: medians with 95% CI, lines: model input")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out, dpi=110)
 
 
 def _series(rows: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
@@ -81,10 +77,10 @@ def _finish(ax, title: str, xlabel: str = "message size m (bytes)", logx: bool =
     ax.legend(fontsize=7)
 
 
-def _save(fig, out: Path) -> Path:
+def _save(fig, out: Path, dpi: int = 100) -> Path:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out
 

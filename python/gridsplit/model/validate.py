@@ -30,7 +30,7 @@ from ..lab.realize import LabState
 from . import grid
 from .collectives import (ALGORITHMS, ALLTOALL_ALGOS, alltoall, alltoall_bounds, fit_gamma, op_of, predict,
                           rel_error)
-from .labrun import RANK_ENV, layout, run_json
+from .labrun import RANK_ENV, layout, nodes_by_site, run_json
 from .plogp import ParamSet
 
 BIG = 64000  # "messages >= 64 KB" of the targets (sizes are decimal, as in the MPI programs)
@@ -51,11 +51,11 @@ def _row(d: dict[str, Any], **extra: Any) -> dict[str, Any]:
 def run_lan(state: LabState, ps: ParamSet, impl: str, procs: list[int], sizes: list[int], repeat: int, reps: int,
             progress: Callable[[str], None]) -> list[dict[str, Any]]:
     lan = ps.path("lan")
-    nodes = max((len([h for h in state.topo.nodes() if h.site == s.name]), s.name) for s in state.topo.sites)
-    if max(procs) > nodes[0]:
-        raise GridsplitError(f"--procs {max(procs)}: site {nodes[1]} has {nodes[0]} nodes; bring the lab up with more "
+    site, hosts_all = max(nodes_by_site(state).items(), key=lambda kv: (len(kv[1]), kv[0]),
+                          default=(state.topo.sites[0].name, []))
+    if max(procs) > len(hosts_all):
+        raise GridsplitError(f"--procs {max(procs)}: site {site} has {len(hosts_all)} nodes; bring the lab up with more "
                              f"(`gridsplit lab up --topology {state.topo.name} --nodes {max(procs)}`) or lower --procs")
-    hosts_all = [h for h in state.topo.nodes() if h.site == nodes[1]]
     plain = [a for a in LAN_ALGOS if not (a in ALGORITHMS and ALGORITHMS[a].segmented)]
     seg = [a for a in ALGORITHMS if ALGORITHMS[a].segmented]
     raw = []
