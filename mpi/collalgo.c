@@ -38,6 +38,78 @@ static const char *const ops[] = {
     "gather_flat", "gather_chain", "gather_binomial",
     "alltoall_direct", "alltoall_rotated", NULL};
 
+#define MAX_ALGOS 32
+static const char *opt_algos[MAX_ALGOS];
+static int opt_nalgos;
+static size_t opt_seg[BENCH_MAX_SIZES];
+static int opt_nseg;
+static int opt_sync = 1;
+static double opt_margin = -1;
+
+static const char *const own_flags[] = {"-o", "--op", "--seg", "--timing", "--margin-ms", NULL};
+
+/* common.c hands these over while it parses the rest; -o is ours because
+ * it takes a list, where common.c's takes one name. */
+static const char *own_flag(const char *flag, const char *v)
+{
+    static char err[256];
+    if (strcmp(flag, "--seg") == 0) {
+        const char *p = v;
+        opt_nseg = 0;
+        for (;;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            size_t *seg = &opt_seg[opt_nseg];
+            if (opt_nseg == BENCH_MAX_SIZES || bench_parse_size(p, len, seg) != 0 || *seg == 0) {
+                snprintf(err, sizeof err, "--seg: invalid segment size list '%s' "
+                         "(positive byte counts, K/M/G suffixes)", v);
+                return err;
+            }
+            opt_nseg++;
+            if (!comma)
+                return NULL;
+            p = comma + 1;
+        }
+    }
+    if (strcmp(flag, "--timing") == 0) {
+        if (strcmp(v, "sync") != 0 && strcmp(v, "barrier") != 0) {
+            snprintf(err, sizeof err, "--timing: '%s' is neither sync nor barrier", v);
+            return err;
+        }
+        opt_sync = strcmp(v, "sync") == 0;
+        return NULL;
+    }
+    if (strcmp(flag, "--margin-ms") == 0) {
+        char *end;
+        opt_margin = strtod(v, &end) * 1e-3;
+        if (*end || !(opt_margin >= 0)) {
+            snprintf(err, sizeof err, "--margin-ms: invalid value '%s'", v);
+            return err;
+        }
+        return NULL;
+    }
+    /* -o, --op: a comma-separated list of names from ops[] */
+    const char *tok = v;
+    for (;;) {
+        size_t len = strcspn(tok, ",");
+        const char *const *p = ops;
+        while (*p && !(strlen(*p) == len && strncmp(*p, tok, len) == 0))
+            p++;
+        if (!*p) {
+            snprintf(err, sizeof err, "-o: unknown algorithm '%.*s'", (int)len, tok);
+            return err;
+        }
+        if (opt_nalgos == MAX_ALGOS) {
+            snprintf(err, sizeof err, "-o: more than %d algorithms", MAX_ALGOS);
+            return err;
+        }
+        opt_algos[opt_nalgos++] = *p;
+        if (!tok[len])
+            return NULL;
+        tok += len + 1;
+    }
+}
+
 static const bench_prog prog = {
     .name = "collalgo",
     .summary =
@@ -50,124 +122,13 @@ static const bench_prog prog = {
     .ops = ops,
     .default_op = "bcast_binomial",
     .min_ranks = 1,
+    .own_flags = own_flags,
+    .own_flag = own_flag,
 };
-
-#define MAX_ALGOS 32
-static const char *opt_algos[MAX_ALGOS];
-static int opt_nalgos;
-static size_t opt_seg[BENCH_MAX_SIZES];
-static int opt_nseg;
-static int opt_sync = 1;
-static double opt_margin = -1;
-static char opt_error[256];
-
-static int parse_bytes(const char *s, size_t len, size_t *out)
-{
-    unsigned long long v = 0, mult = 1;
-    size_t i = 0;
-    if (len == 0)
-        return -1;
-    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++)
-        v = v * 10 + (unsigned)(s[i] - '0');
-    if (i == 0)
-        return -1;
-    if (i < len) {
-        switch (s[i]) {
-        case 'K': case 'k': mult = 1000; break;
-        case 'M': case 'm': mult = 1000000; break;
-        default: return -1;
-        }
-        i++;
-    }
-    if (i != len || v * mult == 0 || v * mult > (1ULL << 31) - 1)
-        return -1;
-    *out = (size_t)(v * mult);
-    return 0;
-}
-
-/* Takes -o, --seg, --timing and --margin-ms out of argv before common.c
- * parses the rest (common.c's -o takes one name; ours takes a list). */
-static void strip_own_flags(int *argc, char **argv)
-{
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char *v = NULL;
-        int which = strcmp(a, "-o") == 0 || strcmp(a, "--op") == 0 ? 0
-                    : strcmp(a, "--seg") == 0                      ? 1
-                    : strcmp(a, "--timing") == 0                   ? 2
-                    : strcmp(a, "--margin-ms") == 0                ? 3
-                                                                   : -1;
-        if (which < 0) {
-            argv[out++] = argv[i];
-            continue;
-        }
-        if (i + 1 >= *argc) {
-            snprintf(opt_error, sizeof opt_error, "%s needs a value", a);
-            continue;
-        }
-        v = argv[++i];
-        if (which == 0) {
-            char *copy = strdup(v);
-            for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
-                const char *const *p = ops;
-                while (*p && strcmp(*p, tok) != 0)
-                    p++;
-                if (!*p) {
-                    snprintf(opt_error, sizeof opt_error, "-o: unknown algorithm '%s'", tok);
-                    break;
-                }
-                if (opt_nalgos == MAX_ALGOS) {
-                    snprintf(opt_error, sizeof opt_error, "-o: more than %d algorithms", MAX_ALGOS);
-                    break;
-                }
-                opt_algos[opt_nalgos++] = *p;
-            }
-            free(copy);
-        } else if (which == 1) {
-            const char *p = v;
-            opt_nseg = 0;
-            for (;;) {
-                const char *comma = strchr(p, ',');
-                size_t len = comma ? (size_t)(comma - p) : strlen(p);
-                if (opt_nseg == BENCH_MAX_SIZES || parse_bytes(p, len, &opt_seg[opt_nseg]) != 0) {
-                    snprintf(opt_error, sizeof opt_error, "--seg: invalid segment size list '%s' "
-                             "(positive byte counts, K/M suffixes)", v);
-                    break;
-                }
-                opt_nseg++;
-                if (!comma)
-                    break;
-                p = comma + 1;
-            }
-        } else if (which == 2) {
-            if (strcmp(v, "sync") == 0)
-                opt_sync = 1;
-            else if (strcmp(v, "barrier") == 0)
-                opt_sync = 0;
-            else
-                snprintf(opt_error, sizeof opt_error, "--timing: '%s' is neither sync nor barrier", v);
-        } else {
-            char *end;
-            opt_margin = strtod(v, &end) * 1e-3;
-            if (*end || !(opt_margin >= 0))
-                snprintf(opt_error, sizeof opt_error, "--margin-ms: invalid value '%s'", v);
-        }
-    }
-    argv[out] = NULL;
-    *argc = out;
-}
 
 /* ------------------------------------------------------------ helpers */
 
 enum { TAG_DATA = 8001, TAG_RTS, TAG_CTS };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void sleep_until(double t)
 {
@@ -488,11 +449,11 @@ static int run(const bench_opts *o, const char *algo, size_t m, size_t seg)
         MPI_Barrier(MPI_COMM_WORLD);
         double t0;
         if (opt_sync) {
-            t0 = now() + g_margin;
+            t0 = bench_now() + g_margin;
             MPI_Bcast(&t0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
             sleep_until(t0);
         } else {
-            t0 = now();
+            t0 = bench_now();
         }
         switch (k) {
         case K_BCAST: bcast(algo, rb, m, seg); break;
@@ -500,7 +461,7 @@ static int run(const bench_opts *o, const char *algo, size_t m, size_t seg)
         case K_GATHER: gather(algo, rb, m); break;
         case K_ALLTOALL: alltoall(algo, sb, rb, m); break;
         }
-        double t1 = now();
+        double t1 = bench_now();
         if (rep >= o->warmup) {
             t_start[rep - o->warmup] = t0;
             t_end[rep - o->warmup] = opt_sync ? t1 : t1 - t0;
@@ -534,17 +495,10 @@ static int run(const bench_opts *o, const char *algo, size_t m, size_t seg)
 int main(int argc, char **argv)
 {
     bench_opts o;
-    strip_own_flags(&argc, argv);
     bench_start(&argc, &argv, &prog, &o);
-    if (!opt_error[0] && opt_nseg > 1 && opt_nseg != o.nsizes)
-        snprintf(opt_error, sizeof opt_error, "--seg: %d segment sizes for %d message sizes (give one, or one per size)",
-                 opt_nseg, o.nsizes);
-    if (opt_error[0]) {
-        if (bench_rank() == 0)
-            fprintf(stderr, "collalgo: %s (try --help)\n", opt_error);
-        MPI_Finalize();
-        return BENCH_EXIT_USAGE;
-    }
+    if (opt_nseg > 1 && opt_nseg != o.nsizes)
+        bench_die_usage("--seg: %d segment sizes for %d message sizes (give one, or one per size)",
+                        opt_nseg, o.nsizes);
     if (opt_nalgos == 0)
         opt_algos[opt_nalgos++] = prog.default_op;
     if (opt_sync) {
@@ -553,10 +507,10 @@ int main(int argc, char **argv)
          * for wake-up jitter, unless given. */
         double worst = 0;
         for (int i = 0; i < 5; i++) {
-            double t = now(), x = t;
+            double t = bench_now(), x = t;
             MPI_Barrier(MPI_COMM_WORLD);
             MPI_Bcast(&x, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-            double d = now() - t;
+            double d = bench_now() - t;
             MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             if (d > worst)
                 worst = d;

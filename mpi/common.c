@@ -1,6 +1,6 @@
 /* Implementation of the shared benchmark plumbing declared in common.h.
  * Everything that decides how a number is produced or printed lives here so
- * the three programs cannot drift apart. */
+ * the programs cannot drift apart. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include "common.h"
 
@@ -62,7 +62,7 @@ static void usage(FILE *f)
 
 /* Usage errors are detected identically on every rank (same argv), so only
  * rank 0 speaks and everyone leaves cleanly with the same code. */
-static void die_usage(const char *fmt, ...)
+void bench_die_usage(const char *fmt, ...)
 {
     if (g_rank == 0) {
         va_list ap;
@@ -76,7 +76,7 @@ static void die_usage(const char *fmt, ...)
     exit(BENCH_EXIT_USAGE);
 }
 
-static int parse_size(const char *s, size_t len, size_t *out)
+int bench_parse_size(const char *s, size_t len, size_t *out)
 {
     if (len == 0 || !isdigit((unsigned char)s[0]))
         return -1;
@@ -115,9 +115,9 @@ static void parse_sizes(const char *arg, bench_opts *o)
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (o->nsizes == BENCH_MAX_SIZES)
-            die_usage("-s: more than %d sizes", BENCH_MAX_SIZES);
-        if (parse_size(p, len, &o->sizes[o->nsizes]) != 0)
-            die_usage("-s: invalid size '%.*s' in '%s' (expected bytes with an "
+            bench_die_usage("-s: more than %d sizes", BENCH_MAX_SIZES);
+        if (bench_parse_size(p, len, &o->sizes[o->nsizes]) != 0)
+            bench_die_usage("-s: invalid size '%.*s' in '%s' (expected bytes with an "
                       "optional K/M/G suffix, powers of ten, at most %d)",
                       (int)len, p, arg, INT_MAX);
         o->nsizes++;
@@ -133,7 +133,7 @@ static int parse_int(const char *flag, const char *arg, int min)
     errno = 0;
     long v = strtol(arg, &end, 10);
     if (!isdigit((unsigned char)arg[0]) || *end || errno || v < min || v > INT_MAX)
-        die_usage("%s: invalid value '%s' (expected an integer >= %d)", flag, arg, min);
+        bench_die_usage("%s: invalid value '%s' (expected an integer >= %d)", flag, arg, min);
     return (int)v;
 }
 
@@ -145,7 +145,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *sflag,
     size_t ll = strlen(lflag);
     if (strcmp(a, sflag) == 0 || strcmp(a, lflag) == 0) {
         if (*i + 1 >= argc)
-            die_usage("%s needs a value", a);
+            bench_die_usage("%s needs a value", a);
         return argv[++*i];
     }
     if (strncmp(a, lflag, ll) == 0 && a[ll] == '=')
@@ -163,7 +163,14 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        const char *const *own = g_prog->own_flags;
+        while (own && *own && !(v = opt_value(argc, argv, &i, *own, *own)))
+            own++;
+        if (own && *own) {
+            const char *err = g_prog->own_flag(*own, v);
+            if (err)
+                bench_die_usage("%s", err);
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             if (g_rank == 0)
                 usage(stdout);
             MPI_Finalize();
@@ -183,16 +190,16 @@ static void parse_args(int argc, char **argv, bench_opts *o)
             while (*p && strcmp(*p, v) != 0)
                 p++;
             if (!*p)
-                die_usage("-o: unknown operation '%s'", v);
+                bench_die_usage("-o: unknown operation '%s'", v);
             o->op = *p;
         } else {
-            die_usage("unknown argument '%s'", a);
+            bench_die_usage("unknown argument '%s'", a);
         }
     }
     if (g_prog->ops && !o->op)
-        die_usage("-o OP is required");
+        bench_die_usage("-o OP is required");
     if ((long long)o->reps + o->warmup > INT_MAX)
-        die_usage("-r plus -w is too large");
+        bench_die_usage("-r plus -w is too large");
 }
 
 void bench_start(int *argc, char ***argv, const bench_prog *prog, bench_opts *o)
@@ -203,7 +210,7 @@ void bench_start(int *argc, char ***argv, const bench_prog *prog, bench_opts *o)
     g_prog = prog;
     parse_args(*argc, *argv, o);
     if (g_size < prog->min_ranks)
-        die_usage("needs at least %d MPI ranks, got %d", prog->min_ranks, g_size);
+        bench_die_usage("needs at least %d MPI ranks, got %d", prog->min_ranks, g_size);
 }
 
 /* Debian's MPICH 4.0.2 (ch4:ucx) can hang in MPI_Finalize: each rank closes
@@ -246,13 +253,18 @@ static double g_mark_wall, g_mark_user, g_mark_sys;
 
 static double tv_s(struct timeval tv) { return (double)tv.tv_sec + tv.tv_usec / 1e6; }
 
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static void cpu_now(double *wall, double *user, double *sys)
 {
     struct rusage ru;
-    struct timespec ts;
     getrusage(RUSAGE_SELF, &ru);
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    *wall = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    *wall = bench_now();
     *user = tv_s(ru.ru_utime);
     *sys = tv_s(ru.ru_stime);
 }
@@ -388,7 +400,7 @@ void bench_stats_compute(const double *samples, int n, bench_stats *s)
 
 /* First line of MPI_Get_library_version with whitespace runs collapsed:
  * MPICH returns a whole multi-line build report, Open MPI a single line. */
-static void library_version(char *out, size_t cap)
+void bench_library_version(char *out, size_t cap)
 {
     char raw[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
@@ -409,7 +421,9 @@ static void library_version(char *out, size_t cap)
     out[o] = '\0';
 }
 
-static void json_string(FILE *f, const char *s)
+const char *bench_impl(void) { return BENCH_IMPL; }
+
+void bench_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -460,7 +474,7 @@ void bench_report(const bench_opts *o, const bench_result *res)
     bench_stats st;
     bench_stats_compute(res->samples, o->reps, &st);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    library_version(version, sizeof version);
+    bench_library_version(version, sizeof version);
     /* A median of 0 s only happens below timer resolution: no bandwidth. */
     int have_bw = res->with_bandwidth && (st.median > 0 || res->size == 0);
     double bw_mbps = res->size == 0 ? 0.0 : (double)res->size / st.median / 1e6;
@@ -491,9 +505,9 @@ void bench_report(const bench_opts *o, const bench_result *res)
         printf("\n");
     } else {
         printf("{\"op\":");
-        json_string(stdout, res->op);
+        bench_json_string(stdout, res->op);
         printf(",\"impl\":\"%s\",\"impl_version\":", BENCH_IMPL);
-        json_string(stdout, version);
+        bench_json_string(stdout, version);
         printf(",\"ranks\":%d,\"size_bytes\":%zu,\"reps\":%d,\"warmup\":%d,"
                "\"timing\":\"%s\",\"total_s\":%.9g,\"mean_s\":%.9g,\"min_s\":%.9g,"
                "\"median_s\":%.9g,\"max_s\":%.9g",
@@ -509,7 +523,7 @@ void bench_report(const bench_opts *o, const bench_result *res)
                res->verified < 0 ? "null" : res->verified ? "true" : "false");
         for (int r = 0; r < g_size; r++) {
             printf("%s{\"rank\":%d,\"host\":", r ? "," : "", r);
-            json_string(stdout, hosts + (size_t)r * HOST_LEN);
+            bench_json_string(stdout, hosts + (size_t)r * HOST_LEN);
             printf(",\"wall_s\":%.6f,\"user_s\":%.6f,\"sys_s\":%.6f}", cpu[3 * r],
                    cpu[3 * r + 1], cpu[3 * r + 2]);
         }

@@ -1,4 +1,5 @@
-/* Shared plumbing of the gridsplit MPI benchmarks (gather, pingpong, coll):
+/* Shared plumbing of the gridsplit MPI benchmarks (gather, pingpong, coll,
+ * plogp, collalgo):
  * command line, timing statistics, deterministic payloads and the one-line
  * JSON / OSU-style reports. Kept in one place so that every program measures
  * and reports the same way and their results can be compared line by line. */
@@ -7,6 +8,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* Exit codes are part of the CLI contract (see README.md). */
@@ -35,11 +37,36 @@ typedef struct {
     const char *const *ops;  /* NULL-terminated list if the program takes -o */
     const char *default_op;  /* NULL: -o is mandatory when ops != NULL */
     int min_ranks;
+    /* Flags the program parses itself, each taking a value (FLAG V or
+     * FLAG=V); looked up before the common ones, so a program may take over
+     * -o. own_flag() returns NULL when it accepts the value, else the one-line
+     * usage error to print. */
+    const char *const *own_flags;
+    const char *(*own_flag)(const char *flag, const char *value);
 } bench_prog;
 
 /* MPI_Init plus command-line parsing. On a usage error rank 0 prints one
  * line to stderr and every rank finalizes and exits 2; --help exits 0. */
 void bench_start(int *argc, char ***argv, const bench_prog *prog, bench_opts *o);
+
+/* After bench_start: rank 0 prints "NAME: <message> (try --help)", every
+ * rank finalizes and exits 2. For checks that need the parsed options. */
+void bench_die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Parses one size of the -s syntax (digits, optional K/M/G suffix, powers of
+ * ten, at most INT_MAX) from s[0..len); 0 on success. */
+int bench_parse_size(const char *s, size_t len, size_t *out);
+
+/* CLOCK_MONOTONIC in seconds: shared by every namespace of one machine,
+ * which is what collalgo's synchronised start relies on. */
+double bench_now(void);
+
+/* "mpich" or "openmpi", fixed when the binary was built. */
+const char *bench_impl(void);
+/* First line of MPI_Get_library_version, whitespace runs collapsed. */
+void bench_library_version(char *out, size_t cap);
+/* Writes s as a JSON string literal, quotes included. */
+void bench_json_string(FILE *f, const char *s);
 
 /* Agrees on the verdict across ranks, finalizes and returns the exit code. */
 int bench_finish(int local_failures);

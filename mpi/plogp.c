@@ -22,94 +22,59 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#if defined(OMPI_MAJOR_VERSION)
-#define IMPL "openmpi"
-#elif defined(MPICH_VERSION)
-#define IMPL "mpich"
-#else
-#define IMPL "unknown"
-#endif
+/* ------------------------------------------------------------ options */
+
+static double opt_ci = 0.05, opt_max_time = 2.0, opt_refine = 0.10, opt_stream_ms = 0;
+static int opt_min_reps = 8, opt_depth = 4;
+static const char *const own_flags[] = {"--ci", "--max-time", "--refine", "--stream-ms",
+                                        "--min-reps", "--depth", NULL};
+
+/* common.c hands this program's own flags over while it parses the rest. */
+static const char *own_flag(const char *flag, const char *v)
+{
+    static char err[256];
+    int integer = strcmp(flag, "--min-reps") == 0 || strcmp(flag, "--depth") == 0;
+    char *end;
+    double d = strtod(v, &end);
+    if (*end || !(d >= 0) || (integer && (d < 1 || d != floor(d) || d > 1e6))) {
+        snprintf(err, sizeof err, "%s: invalid value '%s'", flag, v);
+        return err;
+    }
+    if (strcmp(flag, "--ci") == 0)
+        opt_ci = d;
+    else if (strcmp(flag, "--max-time") == 0)
+        opt_max_time = d;
+    else if (strcmp(flag, "--refine") == 0)
+        opt_refine = d;
+    else if (strcmp(flag, "--stream-ms") == 0)
+        opt_stream_ms = d;
+    else if (strcmp(flag, "--min-reps") == 0)
+        opt_min_reps = (int)d;
+    else
+        opt_depth = (int)d;
+    return NULL;
+}
 
 static const bench_prog prog = {
     .name = "plogp",
     .summary =
         "Measures pLogP parameters L, os(m), or(m), g(m) between ranks 0 and 1 (others idle).\n"
         "-s gives the base sizes (0 is always added); -r is the most samples per quantity.\n"
-        "Own flags: --ci F (95%% CI half-width of the median, relative; default 0.05),\n"
+        "Own flags: --ci F (95 % CI half-width of the median, relative; default 0.05),\n"
         "  --min-reps N (default 8), --max-time S per quantity and size (default 2),\n"
         "  --refine F (interpolation error that triggers a midpoint; 0 = off; default 0.1),\n"
         "  --depth N (refinement depth, default 4), --stream-ms T (gap stream length, default\n"
         "  max(20, 5 RTT(0))). Output: one JSON object per size, then an \"plogp_L\" line.",
     .min_ranks = 2,
+    .own_flags = own_flags,
+    .own_flag = own_flag,
 };
-
-
-/* Tiny numeric helpers: the Makefile links no libm, and these only handle
- * small non-negative values (sample counts, sizes, seconds). */
-static double fabs_(double x) { return x < 0 ? -x : x; }
-static double fmax_(double a, double b) { return a > b ? a : b; }
-static double floor_(double x) { double t = (double)(long long)x; return t > x ? t - 1 : t; }
-static double ceil_(double x) { double t = (double)(long long)x; return t < x ? t + 1 : t; }
-static double sqrt_(double x)
-{
-    if (x <= 0)
-        return 0;
-    double r = x > 1 ? x : 1;
-    for (int i = 0; i < 100; i++)
-        r = 0.5 * (r + x / r);
-    return r;
-}
-
-/* ------------------------------------------------------------ options */
-
-static double opt_ci = 0.05, opt_max_time = 2.0, opt_refine = 0.10, opt_stream_ms = 0;
-static int opt_min_reps = 8, opt_depth = 4;
-static char opt_error[256];
-
-/* Removes this program's own flags from argv before common.c parses the
- * rest; errors are reported after MPI_Init, by rank 0 only. */
-static void strip_own_flags(int *argc, char **argv)
-{
-    int out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char *names[] = {"--ci", "--max-time", "--refine", "--stream-ms", "--min-reps", "--depth"};
-        int hit = -1;
-        for (int k = 0; k < 6; k++)
-            if (strcmp(a, names[k]) == 0)
-                hit = k;
-        if (hit < 0) {
-            argv[out++] = argv[i];
-            continue;
-        }
-        if (i + 1 >= *argc) {
-            snprintf(opt_error, sizeof opt_error, "%s needs a value", a);
-            continue;
-        }
-        const char *v = argv[++i];
-        char *end;
-        double d = strtod(v, &end);
-        if (*end || !(d >= 0) || (hit >= 4 && (d < 1 || d != floor_(d) || d > 1e6))) {
-            snprintf(opt_error, sizeof opt_error, "%s: invalid value '%s'", a, v);
-            continue;
-        }
-        switch (hit) {
-        case 0: opt_ci = d; break;
-        case 1: opt_max_time = d; break;
-        case 2: opt_refine = d; break;
-        case 3: opt_stream_ms = d; break;
-        case 4: opt_min_reps = (int)d; break;
-        case 5: opt_depth = (int)d; break;
-        }
-    }
-    argv[out] = NULL;
-    *argc = out;
-}
 
 /* ----------------------------------------------------------- protocol */
 
@@ -124,18 +89,11 @@ typedef struct {
     long long size;
 } cmd_t;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void sleep_s(double s)
 {
     if (s <= 0)
         return;
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor_(s)) * 1e9)};
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
     nanosleep(&ts, NULL);
 }
 
@@ -167,9 +125,9 @@ static void serve(void)
                     MPI_Recv(g_buf, (int)c.size, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             } else if (c.kind == CMD_OR) {
                 sleep_s(c.delay);
-                double t0 = now();
+                double t0 = bench_now();
                 MPI_Recv(g_buf, (int)c.size, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                reply = now() - t0;
+                reply = bench_now() - t0;
             } else {
                 MPI_Recv(g_buf, (int)c.size, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             }
@@ -198,8 +156,8 @@ static void median_ci(double *v, int n, est_t *e)
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     e->n = n;
     e->med = (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    int j = (int)floor_(n / 2.0 - 0.98 * sqrt_((double)n));
-    int k = (int)ceil_(n / 2.0 + 0.98 * sqrt_((double)n)) - 1;
+    int j = (int)floor(n / 2.0 - 0.98 * sqrt((double)n));
+    int k = (int)ceil(n / 2.0 + 0.98 * sqrt((double)n)) - 1;
     if (j < 0)
         j = 0;
     if (k > n - 1)
@@ -217,7 +175,7 @@ static est_t sample(int kind, size_t m, int stream, double delay, int max_reps)
     double *w = bench_alloc((size_t)max_reps, sizeof *w);
     est_t e = {0};
     int n = 0;
-    double t_start = now();
+    double t_start = bench_now();
     need_buf(m);
     while (n < max_reps) {
         int batch = n == 0 ? opt_min_reps : (n < 32 ? 4 : 8);
@@ -227,16 +185,16 @@ static est_t sample(int kind, size_t m, int stream, double delay, int max_reps)
         MPI_Send(&c, (int)sizeof c, MPI_BYTE, 1, TAG_CMD, MPI_COMM_WORLD);
         for (int b = 0; b < batch; b++) {
             double reply = 0, t0, t1, t_op = 0;
-            t0 = now();
+            t0 = bench_now();
             if (kind == CMD_GAP) {
                 for (int i = 0; i < stream; i++)
                     MPI_Send(g_buf, (int)m, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD);
             } else {
                 MPI_Send(g_buf, (int)m, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD);
-                t_op = now();
+                t_op = bench_now();
             }
             MPI_Recv(&reply, 1, MPI_DOUBLE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            t1 = now();
+            t1 = bench_now();
             switch (kind) {
             case CMD_PING: v[n] = t1 - t0; break;
             case CMD_OS: v[n] = t_op - t0; break;
@@ -250,8 +208,8 @@ static est_t sample(int kind, size_t m, int stream, double delay, int max_reps)
         /* Below a microsecond the VM's timer and scheduler noise dominate:
          * an interval that narrow is as converged as it can get. */
         double half = 0.5 * (e.hi - e.lo);
-        e.converged = half <= opt_ci * fabs_(e.med) || half <= 1e-6;
-        if (e.converged || now() - t_start > opt_max_time)
+        e.converged = half <= opt_ci * fabs(e.med) || half <= 1e-6;
+        if (e.converged || bench_now() - t_start > opt_max_time)
             break;
     }
     e.stream = stream;
@@ -274,9 +232,9 @@ static point_t measure_size(size_t m, int max_reps)
     p.orr = sample(CMD_OR, m, 1, 1.5 * p.rtt.med + 5e-4, max_reps);
     /* A stream long enough that the fixed cost (one RTT) is a small part
      * of it, estimated from what this size already showed. */
-    double est = fmax_(fmax_(p.os.med, p.orr.med), fmax_(0.5 * (p.rtt.med - g_rtt0), 1e-6));
-    double target = opt_stream_ms > 0 ? opt_stream_ms * 1e-3 : fmax_(0.02, 5 * g_rtt0);
-    double n = ceil_(target / est);
+    double est = fmax(fmax(p.os.med, p.orr.med), fmax(0.5 * (p.rtt.med - g_rtt0), 1e-6));
+    double target = opt_stream_ms > 0 ? opt_stream_ms * 1e-3 : fmax(0.02, 5 * g_rtt0);
+    double n = ceil(target / est);
     int stream = n < 2 ? 2 : n > 2000 ? 2000 : (int)n;
     p.g = sample(CMD_GAP, m, stream, 0, max_reps);
     return p;
@@ -291,6 +249,16 @@ static void json_est(const char *name, const est_t *e)
     if (e->stream > 1)
         printf(",\"stream\":%d", e->stream);
     printf("}");
+}
+
+/* {"op":OP,"impl":...,"hosts":[H0,H1] -- the object is left open. */
+static void line_start(const char *op, const char *h0, const char *h1)
+{
+    printf("{\"op\":\"%s\",\"impl\":\"%s\",\"hosts\":[", op, bench_impl());
+    bench_json_string(stdout, h0);
+    printf(",");
+    bench_json_string(stdout, h1);
+    printf("]");
 }
 
 static void hostname(int rank, char *out, size_t cap)
@@ -325,12 +293,12 @@ static int bends(const point_t *a, const point_t *p, const point_t *b)
     for (int w = 0; w < 3; w++) {
         const est_t *e = w == 0 ? &p->g : w == 1 ? &p->os : &p->orr;
         double lin = interp(a, b, p->m, w);
-        double dev = fabs_(e->med - lin);
+        double dev = fabs(e->med - lin);
         /* Only a deviation beyond the point's own confidence interval and
          * above 1 % of the one-way latency counts (2 us at least): on a WAN
          * a few us of scheduler noise on a 20 us gap is nothing a model of a
          * 5 ms-latency path can use, and chasing it only costs time. */
-        if (dev > opt_refine * fabs_(e->med) && dev > (e->hi - e->lo) && dev > fmax_(2e-6, 0.005 * g_rtt0))
+        if (dev > opt_refine * fabs(e->med) && dev > (e->hi - e->lo) && dev > fmax(2e-6, 0.005 * g_rtt0))
             return 1;
     }
     return 0;
@@ -339,14 +307,7 @@ static int bends(const point_t *a, const point_t *p, const point_t *b)
 int main(int argc, char **argv)
 {
     bench_opts o;
-    strip_own_flags(&argc, argv);
     bench_start(&argc, &argv, &prog, &o);
-    if (opt_error[0]) {
-        if (bench_rank() == 0)
-            fprintf(stderr, "plogp: %s (try --help)\n", opt_error);
-        MPI_Finalize();
-        return BENCH_EXIT_USAGE;
-    }
     if (opt_min_reps < 5)
         opt_min_reps = 5; /* the median's CI needs a handful of samples */
     int max_reps = o.reps < opt_min_reps ? opt_min_reps : o.reps;
@@ -358,7 +319,7 @@ int main(int argc, char **argv)
     if (bench_rank() == 1) {
         serve();
     } else if (bench_rank() == 0) {
-        double t_begin = now();
+        double t_begin = bench_now();
         static point_t pts[MAX_POINTS];
         int np = 0;
         /* Warm the connection (and its TCP window) up before any timing. */
@@ -390,7 +351,7 @@ int main(int argc, char **argv)
                 iv_t iv = todo[--nt];
                 if (iv.a == 0 || iv.b < iv.a + 2)
                     continue; /* no geometric midpoint between 0 and 1, or none at all */
-                size_t mid = (size_t)(long long)(0.5 + sqrt_((double)iv.a * (double)iv.b));
+                size_t mid = (size_t)(long long)(0.5 + sqrt((double)iv.a * (double)iv.b));
                 if (mid <= iv.a || mid >= iv.b)
                     continue;
                 point_t p = measure_size(mid, max_reps);
@@ -420,17 +381,12 @@ int main(int argc, char **argv)
         MPI_Send(&done, (int)sizeof done, MPI_BYTE, 1, TAG_CMD, MPI_COMM_WORLD);
 
         char version[MPI_MAX_LIBRARY_VERSION_STRING];
-        int vlen = 0;
-        MPI_Get_library_version(version, &vlen);
-        for (char *c = version; *c; c++)
-            if (*c == '\n' || *c == '\r' || *c == '"' || *c == '\\' || *c == '\t') {
-                *c = '\0';
-                break;
-            }
+        bench_library_version(version, sizeof version);
         for (int k = 0; k < np; k++) {
-            printf("{\"op\":\"plogp\",\"impl\":\"%s\",\"impl_version\":\"%s\",\"hosts\":[\"%s\",\"%s\"],"
-                   "\"size_bytes\":%zu,\"refined\":%s",
-                   IMPL, version, h0, h1, pts[k].m, pts[k].refined ? "true" : "false");
+            line_start("plogp", h0, h1);
+            printf(",\"impl_version\":");
+            bench_json_string(stdout, version);
+            printf(",\"size_bytes\":%zu,\"refined\":%s", pts[k].m, pts[k].refined ? "true" : "false");
             json_est("rtt_s", &pts[k].rtt);
             json_est("os_s", &pts[k].os);
             json_est("or_s", &pts[k].orr);
@@ -438,11 +394,11 @@ int main(int argc, char **argv)
             printf("}\n");
         }
         double L = 0.5 * pts[0].rtt.med - pts[0].g.med;
-        printf("{\"op\":\"plogp_L\",\"impl\":\"%s\",\"hosts\":[\"%s\",\"%s\"],\"L_s\":%.9g,\"rtt0_s\":%.9g,"
-               "\"g0_s\":%.9g,\"rtt0_first_s\":%.9g,\"rtt0_last_s\":%.9g,\"points\":%d,\"ci\":%g,"
-               "\"elapsed_s\":%.3f}\n",
-               IMPL, h0, h1, L > 0 ? L : 0.5 * pts[0].rtt.med, pts[0].rtt.med, pts[0].g.med, rtt_start,
-               rtt_end.med, np, opt_ci, now() - t_begin);
+        line_start("plogp_L", h0, h1);
+        printf(",\"L_s\":%.9g,\"rtt0_s\":%.9g,\"g0_s\":%.9g,\"rtt0_first_s\":%.9g,\"rtt0_last_s\":%.9g,"
+               "\"points\":%d,\"ci\":%g,\"elapsed_s\":%.3f}\n",
+               L > 0 ? L : 0.5 * pts[0].rtt.med, pts[0].rtt.med, pts[0].g.med, rtt_start,
+               rtt_end.med, np, opt_ci, bench_now() - t_begin);
         fflush(stdout);
     }
     free(g_buf);
