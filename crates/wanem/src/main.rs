@@ -3,9 +3,9 @@
 //! Runs inside a WAN namespace holding the far ends of two routers' `wan` veths
 //! per link, and forwards every frame from one to the other after the link's
 //! one-way delay, with optional random loss. Rate and buffering are the routers'
-//! tbf's business; here there is only delay, so nothing queues beyond what is in
-//! flight. This file wires the pieces together: CLI, sockets, one thread per
-//! direction, signals, and the periodic stats report.
+//! tbf's business; here frames are only delayed and, with `rate_bps`, spaced as the
+//! link would serialise them (line.rs). This file wires the pieces together: CLI,
+//! sockets, one thread per direction, signals, and the periodic stats report.
 
 mod config;
 mod line;
