@@ -199,7 +199,10 @@ static est_t sample(int kind, size_t m, int stream, double delay, int max_reps)
             case CMD_PING: v[n] = t1 - t0; break;
             case CMD_OS: v[n] = t_op - t0; break;
             case CMD_OR: v[n] = reply; break;
-            case CMD_GAP: v[n] = (t1 - t0 - g_rtt0) / stream; break;
+            /* A stream shorter than the median RTT(0) means this stream's own
+             * round trip beat the median, not that messages took negative
+             * time: the per-message gap is then below resolution, i.e. 0. */
+            case CMD_GAP: v[n] = fmax(0.0, (t1 - t0 - g_rtt0) / stream); break;
             }
             n++;
         }
