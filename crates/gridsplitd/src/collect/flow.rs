@@ -48,6 +48,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::lanproto::Status;
 use crate::link::{Link, FAST_MAX};
 use crate::schedule::{Chunk, Lease, Release};
+use crate::transfer::tcp::{try_read_drain, try_write_segments, write_all_segments};
 use crate::wire::{data_prefix, FlowId, Frame, ResetReason, DATA_PREFIX};
 
 /// Where a flow we opened learns the far side's answer: (GSa1 status, initial credit).
@@ -367,10 +368,7 @@ impl Flow {
         let total: usize = batch.iter().map(|b| b.len()).sum();
         // A write error is left for the flow's task, whose own write will hit it
         // and reset the flow.
-        let complete = matches!(
-            crate::transfer::tcp::try_write_segments(&lan, &mut batch),
-            Ok(true)
-        );
+        let complete = matches!(try_write_segments(&lan, &mut batch), Ok(true));
         let written = total - batch.iter().map(|b| b.len()).sum::<usize>();
         let mut rx = self.rx.lock().unwrap();
         let grant = rx.end_write(&mut batch, written);
@@ -502,7 +500,7 @@ async fn read_some(
     aborted: &mut Pin<&mut WaitForCancellationFuture<'_>>,
 ) -> Option<std::io::Result<usize>> {
     loop {
-        match crate::transfer::tcp::try_read_drain(s, buf) {
+        match try_read_drain(s, buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             r => return Some(r),
         }
@@ -579,7 +577,8 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
                 tracing::trace!(flow = flow.id, k, "LAN read");
                 flow.tx.lock().unwrap().credit -= k as u64;
                 flow.bytes_up.fetch_add(k as u64, Ordering::Relaxed);
-                if k <= FAST_MAX && k <= link.max_data() {
+                // k <= n <= chunk_max <= max_data: a small read always fits a frame.
+                if k <= FAST_MAX {
                     buf[..DATA_PREFIX].copy_from_slice(&data_prefix(flow.id, k));
                     if link.send_data_now(&buf, k) {
                         // On the wire already: the bytes never waited here.
@@ -623,7 +622,7 @@ async fn start_down(
     if let Some(h) = origin {
         let mut header = vec![h];
         let ok = tokio::select! {
-            r = write_all(s, &mut header) => r.is_ok(),
+            r = write_all_segments(s, &mut header) => r.is_ok(),
             _ = flow.abort.cancelled() => return Err(End::Reset),
         };
         if !ok {
@@ -665,7 +664,7 @@ async fn wan_to_lan(flow: &Arc<Flow>, link: &Arc<Link>, s: &Arc<TcpStream>) -> E
         }
         let total: usize = batch.iter().map(|b| b.len()).sum();
         let res = tokio::select! {
-            r = write_all(s, &mut batch) => r,
+            r = write_all_segments(s, &mut batch) => r,
             _ = flow.abort.cancelled() => return End::Reset,
         };
         let written = total - batch.iter().map(|b| b.len()).sum::<usize>();
@@ -685,15 +684,6 @@ async fn wan_to_lan(flow: &Arc<Flow>, link: &Arc<Link>, s: &Arc<TcpStream>) -> E
             });
         }
     }
-}
-
-/// Writes all of `bufs` to the socket, waiting for room; on error what was not
-/// written stays in `bufs`.
-async fn write_all(s: &TcpStream, bufs: &mut Vec<Bytes>) -> std::io::Result<()> {
-    while !crate::transfer::tcp::try_write_segments(s, bufs)? {
-        s.writable().await?;
-    }
-    Ok(())
 }
 
 /// Maps the outcome of a remote OPEN to what the node gets in its GSa1 reply.

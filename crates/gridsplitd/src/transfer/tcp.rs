@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::{RecvError, WanConn, WanProbe, WanRx, WanTx, WanTxNow};
@@ -113,8 +112,10 @@ pub fn listen(addr: SocketAddr, params: &WanParams) -> io::Result<(TcpListener, 
     Ok((sock.listen(256)?, warnings))
 }
 
-async fn read_frame(
-    stream: &mut (impl AsyncReadExt + Unpin),
+/// The next frame from `stream`, reading into `rbuf` as needed: the handshake's
+/// receive (whole connection) and the reader task's (`TcpRx`) alike.
+async fn recv_frame(
+    stream: &TcpStream,
     rbuf: &mut BytesMut,
     max: usize,
 ) -> Result<Frame, RecvError> {
@@ -125,38 +126,33 @@ async fn read_frame(
         if rbuf.capacity() - rbuf.len() < READ_BLOCK / 2 {
             rbuf.reserve(READ_BLOCK);
         }
-        if stream.read_buf(rbuf).await? == 0 {
-            return Err(if rbuf.is_empty() {
-                RecvError::Closed
-            } else {
-                RecvError::Wire(wire::WireError::Truncated { need: 1 })
-            });
+        match try_read_drain(stream, rbuf) {
+            Ok(0) => {
+                return Err(if rbuf.is_empty() {
+                    RecvError::Closed
+                } else {
+                    RecvError::Wire(wire::WireError::Truncated { need: 1 })
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // poll_read_ready keeps one waker slot in the socket's state;
+                // `readable()` would register and unregister a waiter per frame.
+                std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await?;
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
-async fn write_segments(
-    w: &mut (impl AsyncWriteExt + Unpin),
-    segs: &mut [Bytes],
+/// Writes all of `segs` to the socket, waiting for room; on error what was not
+/// written stays in `segs`.
+pub(crate) async fn write_all_segments(
+    stream: &TcpStream,
+    segs: &mut Vec<Bytes>,
 ) -> io::Result<()> {
-    let mut first = 0;
-    while first < segs.len() {
-        let iov: Vec<IoSlice<'_>> = segs[first..]
-            .iter()
-            .take(MAX_IOV)
-            .map(|s| IoSlice::new(s))
-            .collect();
-        let mut n = w.write_vectored(&iov).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        while first < segs.len() && n >= segs[first].len() {
-            n -= segs[first].len();
-            first += 1;
-        }
-        if n > 0 {
-            segs[first].advance(n);
-        }
+    while !try_write_segments(stream, segs)? {
+        stream.writable().await?;
     }
     Ok(())
 }
@@ -169,11 +165,11 @@ impl WanConn for TcpConn {
     async fn send_frame(&mut self, f: &Frame) -> io::Result<()> {
         let mut out = OutBuf::new();
         f.encode(&mut out);
-        write_segments(&mut self.stream, &mut out.take_segments()).await
+        write_all_segments(&self.stream, &mut out.take_segments()).await
     }
 
     async fn recv_frame(&mut self) -> Result<Frame, RecvError> {
-        read_frame(&mut self.stream, &mut self.rbuf, self.recv_max).await
+        recv_frame(&self.stream, &mut self.rbuf, self.recv_max).await
     }
 
     fn peer_addr(&self) -> SocketAddr {
@@ -309,11 +305,7 @@ impl WanTxNow for TcpTx {
 
 impl WanTx for TcpTx {
     async fn send(&self, out: &mut OutBuf) -> io::Result<()> {
-        let mut segs = out.take_segments();
-        while !try_write_segments(&self.stream, &mut segs)? {
-            self.stream.writable().await?;
-        }
-        Ok(())
+        write_all_segments(&self.stream, &mut out.take_segments()).await
     }
 }
 
@@ -325,30 +317,7 @@ pub struct TcpRx {
 
 impl WanRx for TcpRx {
     async fn recv(&mut self) -> Result<Frame, RecvError> {
-        loop {
-            if let Some(f) = wire::decode(&mut self.rbuf, self.max)? {
-                return Ok(f);
-            }
-            if self.rbuf.capacity() - self.rbuf.len() < READ_BLOCK / 2 {
-                self.rbuf.reserve(READ_BLOCK);
-            }
-            match try_read_drain(&self.stream, &mut self.rbuf) {
-                Ok(0) => {
-                    return Err(if self.rbuf.is_empty() {
-                        RecvError::Closed
-                    } else {
-                        RecvError::Wire(wire::WireError::Truncated { need: 1 })
-                    })
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // poll_read_ready keeps one waker slot in the socket's state;
-                    // `readable()` would register and unregister a waiter per frame.
-                    std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)).await?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        recv_frame(&self.stream, &mut self.rbuf, self.max).await
     }
 
     fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {
