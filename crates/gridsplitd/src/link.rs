@@ -172,8 +172,8 @@ pub struct Link {
     table: Mutex<FlowTable>,
     closed: CancellationToken,
     probe: Box<dyn WanProbe>,
-    rx_frames: AtomicU64,
     pub frames_out: AtomicU64,
+    /// Frames received; the keepalive also reads it to tell a silent peer.
     pub frames_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub bytes_in: AtomicU64,
@@ -220,11 +220,11 @@ impl Link {
     }
 
     pub fn status(&self) -> LinkStatus {
-        let (flows, queued) = (
-            self.table.lock().unwrap().flows.len(),
-            self.send.lock().unwrap().strategy.queued_bytes(),
-        );
-        let strategy = self.send.lock().unwrap().strategy.name();
+        let flows = self.table.lock().unwrap().flows.len();
+        let (queued, strategy) = {
+            let q = self.send.lock().unwrap();
+            (q.strategy.queued_bytes(), q.strategy.name())
+        };
         LinkStatus {
             peer: self.peer.clone(),
             role: self.role,
@@ -739,12 +739,12 @@ impl Ticker {
 
 async fn keepalive(link: Arc<Link>, period: Duration) -> Result<(), LinkError> {
     let mut tick = Ticker::new(period);
-    let mut last = link.rx_frames.load(Ordering::Relaxed);
+    let mut last = link.frames_in.load(Ordering::Relaxed);
     let mut silent = 0u32;
     let mut token = 0u64;
     // The first round runs at once, as with tokio's interval.
     loop {
-        let now = link.rx_frames.load(Ordering::Relaxed);
+        let now = link.frames_in.load(Ordering::Relaxed);
         if now == last {
             silent += 1;
             if silent >= DEAD_AFTER_PERIODS {
@@ -796,7 +796,6 @@ async fn run_link<C: WanConn>(
         }),
         closed: CancellationToken::new(),
         probe: Box::new(probe),
-        rx_frames: AtomicU64::new(0),
         frames_out: AtomicU64::new(0),
         frames_in: AtomicU64::new(0),
         bytes_out: AtomicU64::new(0),
@@ -827,15 +826,14 @@ async fn run_link<C: WanConn>(
             let mut touched: Vec<Arc<Flow>> = Vec::new();
             let handle = |f: Frame, touched: &mut Vec<Arc<Flow>>| {
                 tracing::trace!(peer = %link.peer, frame = ?f.kind(), "frame in");
-                link.rx_frames.fetch_add(1, Ordering::Relaxed);
+                let wire_len = f.wire_len() as u64;
                 link.frames_in.fetch_add(1, Ordering::Relaxed);
-                link.bytes_in
-                    .fetch_add(f.wire_len() as u64, Ordering::Relaxed);
+                link.bytes_in.fetch_add(wire_len, Ordering::Relaxed);
                 shared.metrics.wan_frames_in.fetch_add(1, Ordering::Relaxed);
                 shared
                     .metrics
                     .wan_bytes_in
-                    .fetch_add(f.wire_len() as u64, Ordering::Relaxed);
+                    .fetch_add(wire_len, Ordering::Relaxed);
                 shared
                     .metrics
                     .relayed_bytes_in

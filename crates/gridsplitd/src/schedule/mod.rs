@@ -144,7 +144,6 @@ pub(crate) fn one_frame(mut c: Chunk, room: usize) -> (Frame, Option<Chunk>) {
     }
 }
 
-/// A scheduling strategy. Implementations live one per file in this module.
 /// A FIFO of chunks that keeps the count of the bytes it holds: the state that
 /// arrival-ordered strategies (fifo, aggregate) share.
 #[derive(Default)]
@@ -208,6 +207,7 @@ impl ChunkQueue {
     }
 }
 
+/// A scheduling strategy. Implementations live one per file in this module.
 pub trait Strategy: Send {
     fn name(&self) -> &'static str;
     fn push(&mut self, chunk: Chunk);
