@@ -195,6 +195,40 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     String::from_utf8(read_all(&mut s).await.unwrap()).unwrap()
 }
 
+/// A relayed connection whose far side just died (gateway killed or stopped at
+/// `since`): the node keeps writing `chunk` and reading, and must get a reset or
+/// a broken pipe within 5 s, never a clean EOF (a silent truncation) nor a hang.
+pub async fn expect_reset_while_writing(
+    r: &mut (impl AsyncReadExt + Unpin),
+    w: &mut (impl AsyncWriteExt + Unpin),
+    chunk: &[u8],
+    since: std::time::Instant,
+) {
+    let mut small = [0u8; 16];
+    let err = loop {
+        tokio::select! {
+            res = w.write_all(chunk) => if let Err(e) = res { break e },
+            res = r.read(&mut small) => match res {
+                Err(e) => break e,
+                Ok(0) => panic!("clean EOF: the flow was truncated silently"),
+                Ok(_) => {}
+            },
+        }
+    };
+    assert!(
+        since.elapsed() < Duration::from_secs(5),
+        "error only after {:?}",
+        since.elapsed()
+    );
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ),
+        "{err}"
+    );
+}
+
 pub fn within<F: std::future::Future>(secs: u64, f: F) -> tokio::time::Timeout<F> {
     tokio::time::timeout(Duration::from_secs(secs), f)
 }
