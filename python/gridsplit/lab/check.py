@@ -188,6 +188,23 @@ def emulator_health(before: dict[str, Any], after: dict[str, Any], steal_ms: flo
                                    "machine's load, not the emulated network (reduce --nodes or rates, or stop other load)"}
 
 
+def emulator_watch_begin(state: LabState) -> tuple[dict[str, Any], int]:
+    """Open a window on the delay line's schedule: its stats and the VM's steal time now."""
+    # SIGUSR2 opens a new window for the delay line's worst-lateness figure,
+    # and makes it write its statistics at once.
+    os.kill(state.wanem_pid, signal.SIGUSR2)
+    time.sleep(0.3)
+    return state.wanem_stats(), steal_ticks()
+
+
+def emulator_watch_end(state: LabState, watch: tuple[dict[str, Any], int]) -> dict[str, Any]:
+    """Did the delay line keep its schedule since emulator_watch_begin?"""
+    time.sleep(0.6)  # one stats period, so the delay line's counters cover the tests
+    before, steal0 = watch
+    steal_ms = (steal_ticks() - steal0) * 1000 / os.sysconf("SC_CLK_TCK")
+    return emulator_health(before, state.wanem_stats(), steal_ms)
+
+
 def run_check(state: LabState, pairs: int = 3, seconds: float = 6.0,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     for tool in ("ping", "iperf3"):
@@ -195,21 +212,14 @@ def run_check(state: LabState, pairs: int = 3, seconds: float = 6.0,
     say = progress or (lambda m: None)
     if state.wanem_pid is None or not os.path.exists(f"/proc/{state.wanem_pid}"):
         raise GridsplitError("the WAN delay line is not running; rebuild the lab (`gridsplit lab down && gridsplit lab up`)")
-    # SIGUSR2 opens a new window for the delay line's worst-lateness figure,
-    # and makes it write its statistics at once.
-    os.kill(state.wanem_pid, signal.SIGUSR2)
-    time.sleep(0.3)
-    before = state.wanem_stats()
-    steal0 = steal_ticks()
+    watch = emulator_watch_begin(state)
     say(f"RTT of {len(state.topo.sites) * (len(state.topo.sites) - 1) // 2} site pair(s)")
     rtt = check_rtt(state)
     say(f"single-flow throughput ({seconds:g} s per path)")
     thr = check_throughput(state, pairs, seconds)
     say("drop-tail buffer at a switch output port")
     buf = check_buffer(state)
-    time.sleep(0.6)  # one stats period, so the delay line's counters cover the tests
-    steal_ms = (steal_ticks() - steal0) * 1000 / os.sysconf("SC_CLK_TCK")
-    emu = emulator_health(before, state.wanem_stats(), steal_ms)
+    emu = emulator_watch_end(state, watch)
     ok = all(r["ok"] for r in rtt + thr + buf) and emu["ok"]
     return {"ok": ok, "topology": state.topo.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "bounds": {"rtt": f"max({RTT_REL:.0%}, {RTT_ABS_MS} ms)", "throughput": f">= {THROUGHPUT_MIN:.0%} of bottleneck (wire rate)",

@@ -55,7 +55,7 @@ def _server(state: LabState, dst: Host, port: int) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
             p.terminate()
@@ -102,7 +102,7 @@ def tcp(state: LabState, src: Host, dst: Host, seconds: float = 4.0, tuned: bool
         else:
             data = _client(state, src, args, seconds + 30)
     finally:
-        _stop([server])
+        stop([server])
     if "error" in data and "end" not in data:
         return {"error": data["error"]}
     end = data["end"]
@@ -143,4 +143,4 @@ def udp_flood(state: LabState, flows: list[tuple[Host, Host, float]], seconds: f
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield
     finally:
-        _stop(procs)
+        stop(procs)

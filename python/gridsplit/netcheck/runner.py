@@ -124,8 +124,8 @@ class Runner:
         return None
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
-        from ..lab.iperf import _stop  # SIGTERM, wait, SIGKILL: the lab's own way of ending its children
-        _stop(procs)
+        from ..lab.iperf import stop  # SIGTERM, wait, SIGKILL: the lab's own way of ending its children
+        stop(procs)
 
 
 def _text(b: Any) -> str:
@@ -222,33 +222,22 @@ class LabRunner(Runner):
         return rtt_stats(samples, count)
 
     def health_begin(self) -> Any:
-        # SIGUSR2 opens a new window for the delay line's worst-lateness figure
-        # and makes it write its statistics at once (as lab check does).
         import os
-        import signal
-        import time
-        from ..lab.check import steal_ticks
+        from ..lab.check import emulator_watch_begin
         pid = self.state.wanem_pid
         if pid is None or not os.path.exists(f"/proc/{pid}"):
             return None
-        os.kill(pid, signal.SIGUSR2)
-        time.sleep(0.3)
-        return self.state.wanem_stats(), steal_ticks()
+        return emulator_watch_begin(self.state)
 
     def health_end(self, token: Any) -> dict[str, Any] | None:
         """Did the delay line keep its schedule? (lab.check's bound: <= 2 % of frames > 200 µs late)."""
-        import os
-        import time
-        from ..lab.check import emulator_health, steal_ticks
+        from ..lab.check import emulator_watch_end
         if token is None:
             return None
-        time.sleep(0.6)  # one statistics period, so the counters cover the test
-        before, steal0 = token
         try:
-            after = self.state.wanem_stats()
+            return emulator_watch_end(self.state, token)
         except GridsplitError:
             return None
-        return emulator_health(before, after, (steal_ticks() - steal0) * 1000 / os.sysconf("SC_CLK_TCK"))
 
     @contextmanager
     def tuned(self, hosts: list[Endpoint], nbytes: int) -> Iterator[dict[str, Any]]:
