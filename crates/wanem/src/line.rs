@@ -19,7 +19,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::os;
-use crate::packet::{PacketSocket, RecvBatch, SendBatch};
+use crate::packet::{PacketSocket, RecvBatch, SendBatch, WireShape};
 use crate::stats::{Lateness, LineStats};
 use crate::wake::EarlyWake;
 
@@ -49,6 +49,16 @@ pub struct Queued {
     pub due: u64,
     /// virtio_net_hdr + Ethernet frame, ready for sendmmsg.
     pub data: Box<[u8]>,
+    /// What it is on the wire (a GSO super-frame stands for several frames).
+    pub shape: WireShape,
+}
+
+/// What `DelayQueue::complete` released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Released {
+    /// Wire frames (GSO segments counted one by one).
+    pub frames: u64,
+    pub wire_bytes: u64,
 }
 
 /// The frames in flight on one direction, in departure order, bounded in bytes.
@@ -79,13 +89,13 @@ impl DelayQueue {
     }
 
     /// Queues a frame, or hands it back if it would exceed the byte bound.
-    pub fn push(&mut self, due: u64, data: Box<[u8]>) -> Result<(), Box<[u8]>> {
+    pub fn push(&mut self, due: u64, data: Box<[u8]>, shape: WireShape) -> Result<(), Box<[u8]>> {
         if !self.has_room(data.len()) {
             return Err(data);
         }
         let due = self.frames.back().map_or(due, |tail| due.max(tail.due));
         self.bytes += data.len() as u64;
-        self.frames.push_back(Queued { due, data });
+        self.frames.push_back(Queued { due, data, shape });
         Ok(())
     }
 
@@ -107,15 +117,19 @@ impl DelayQueue {
     }
 
     /// Removes the `n` head frames, which left at `sent_at`, recording how late
-    /// each one was. Returns their total size.
-    pub fn complete(&mut self, n: usize, sent_at: u64, lateness: &Lateness) -> u64 {
-        let mut bytes = 0;
+    /// each one was (once per wire frame it stands for).
+    pub fn complete(&mut self, n: usize, sent_at: u64, lateness: &Lateness) -> Released {
+        let mut stored = 0;
+        let mut out = Released::default();
         for f in self.frames.drain(..n) {
-            lateness.record(sent_at.saturating_sub(f.due));
-            bytes += f.data.len() as u64;
+            let frames = u64::from(f.shape.segments);
+            lateness.record_frames(sent_at.saturating_sub(f.due), frames);
+            stored += f.data.len() as u64;
+            out.frames += frames;
+            out.wire_bytes += f.shape.wire_len as u64;
         }
-        self.bytes -= bytes;
-        bytes
+        self.bytes -= stored;
+        out
     }
 
     /// Drops the head frame (the transmit path rejected it for good).
@@ -173,8 +187,12 @@ pub struct Serializer {
 
 impl Serializer {
     pub fn new(rate_bps: u64) -> Serializer {
-        let ps_per_byte = if rate_bps == 0 { 0 } else { 8_000_000_000_000 / rate_bps };
-        Serializer { ps_per_byte, next_free_ns: 0 }
+        // Rate 0: no serialisation.
+        let ps_per_byte = 8_000_000_000_000u64.checked_div(rate_bps).unwrap_or(0);
+        Serializer {
+            ps_per_byte,
+            next_free_ns: 0,
+        }
     }
 
     /// The release time of a frame of `len` bytes that would be due at `earliest`.
@@ -212,7 +230,9 @@ impl StallSpread {
     pub fn update(&mut self, now: u64, head_due: Option<u64>) -> u64 {
         let elapsed = now.saturating_sub(self.last_ns);
         self.last_ns = now;
-        self.shift_ns = self.shift_ns.saturating_sub(elapsed * Self::CATCH_UP_PERCENT / 100);
+        self.shift_ns = self
+            .shift_ns
+            .saturating_sub(elapsed * Self::CATCH_UP_PERCENT / 100);
         if let Some(due) = head_due {
             let lag = now.saturating_sub(due);
             if lag > self.shift_ns + Self::STALL_NS {
@@ -364,19 +384,28 @@ impl DelayLine {
         let wall_minus_mono = os::realtime_ns().wrapping_sub(now);
 
         let (mut rx_packets, mut rx_bytes, mut lost, mut overflow, mut invalid) = (0, 0, 0, 0, 0);
+        let mut gso_frames = 0;
         for frame in batch.frames() {
             if frame.truncated {
                 invalid += 1;
                 continue;
             }
-            rx_packets += 1;
-            rx_bytes += frame.wire_len() as u64;
-            if self.loss.drops_next() {
-                lost += 1;
+            let shape = frame.wire_shape();
+            let segments = u64::from(shape.segments);
+            rx_packets += segments;
+            rx_bytes += shape.wire_len as u64;
+            if segments > 1 {
+                gso_frames += 1;
+            }
+            // Loss is drawn per wire frame. A super-frame cannot lose one segment
+            // without being cut up here, so it goes whole if any draw hits; the
+            // lab leaves GRO off on lossy links so that this never happens there.
+            if (0..segments).fold(false, |hit, _| self.loss.drops_next() | hit) {
+                lost += segments;
                 continue;
             }
             if !self.queue.has_room(frame.stored_len()) {
-                overflow += 1;
+                overflow += segments;
                 continue;
             }
             let arrived = frame
@@ -384,13 +413,14 @@ impl DelayLine {
                 .map(|wall| wall.wrapping_sub(wall_minus_mono))
                 .filter(|&t| t <= now && now - t < MAX_STAMP_AGE_NS)
                 .unwrap_or(now);
-            let due = self.wire.due(arrived + self.delay_ns, frame.wire_len());
-            if self.queue.push(due, frame.to_owned_frame()).is_err() {
-                overflow += 1;
+            let due = self.wire.due(arrived + self.delay_ns, shape.wire_len);
+            if self.queue.push(due, frame.to_owned_frame(), shape).is_err() {
+                overflow += segments;
             }
         }
         let s = &self.stats;
         s.rx_packets.fetch_add(rx_packets, Relaxed);
+        s.rx_gso_frames.fetch_add(gso_frames, Relaxed);
         s.rx_bytes.fetch_add(rx_bytes, Relaxed);
         s.dropped_loss.fetch_add(lost, Relaxed);
         s.dropped_overflow.fetch_add(overflow, Relaxed);
@@ -405,7 +435,9 @@ impl DelayLine {
         loop {
             let now = os::monotonic_ns();
             let shift = self.spread.update(now, self.queue.next_due());
-            let n = self.queue.due_count(now.saturating_sub(shift), batch.capacity());
+            let n = self
+                .queue
+                .due_count(now.saturating_sub(shift), batch.capacity());
             if n == 0 {
                 return None;
             }
@@ -416,11 +448,10 @@ impl DelayLine {
             let sent_at = os::monotonic_ns();
             match result {
                 Ok(sent) => {
-                    let bytes = self.queue.complete(sent, sent_at, &self.stats.lateness);
-                    self.stats.tx_packets.fetch_add(sent as u64, Relaxed);
-                    // tx_bytes counts frames as on the wire, like rx_bytes.
-                    let header_bytes = (sent * crate::packet::VNET_HDR_LEN) as u64;
-                    self.stats.tx_bytes.fetch_add(bytes - header_bytes, Relaxed);
+                    // Counted as on the wire, like rx_packets and rx_bytes.
+                    let out = self.queue.complete(sent, sent_at, &self.stats.lateness);
+                    self.stats.tx_packets.fetch_add(out.frames, Relaxed);
+                    self.stats.tx_bytes.fetch_add(out.wire_bytes, Relaxed);
                     self.publish_queue();
                 }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) => {
@@ -474,19 +505,32 @@ mod tests {
         vec![0u8; len].into_boxed_slice()
     }
 
+    fn one(len: usize) -> WireShape {
+        WireShape {
+            segments: 1,
+            wire_len: len,
+        }
+    }
+
     #[test]
     fn releases_in_due_order() {
         let mut q = DelayQueue::new(1 << 20);
-        q.push(100, frame(10)).unwrap();
-        q.push(200, frame(20)).unwrap();
-        q.push(300, frame(30)).unwrap();
+        q.push(100, frame(10), one(10)).unwrap();
+        q.push(200, frame(20), one(20)).unwrap();
+        q.push(300, frame(30), one(30)).unwrap();
         assert_eq!(q.next_due(), Some(100));
         assert_eq!(q.due_count(99, 64), 0);
         assert_eq!(q.due_count(100, 64), 1);
         assert_eq!(q.due_count(250, 64), 2);
         assert_eq!(q.due_count(1000, 2), 2, "batch size caps a release");
         let l = Lateness::new(0);
-        assert_eq!(q.complete(2, 250, &l), 30);
+        assert_eq!(
+            q.complete(2, 250, &l),
+            Released {
+                frames: 2,
+                wire_bytes: 30
+            }
+        );
         assert_eq!(q.next_due(), Some(300));
         assert_eq!(q.bytes(), 30);
     }
@@ -494,8 +538,8 @@ mod tests {
     #[test]
     fn never_reorders_when_stamps_step_back() {
         let mut q = DelayQueue::new(1 << 20);
-        q.push(500, frame(1)).unwrap();
-        q.push(400, frame(2)).unwrap();
+        q.push(500, frame(1), one(1)).unwrap();
+        q.push(400, frame(2), one(2)).unwrap();
         assert_eq!(q.due_count(450, 64), 0, "the second frame may not overtake");
         assert_eq!(q.due_count(500, 64), 2);
     }
@@ -505,7 +549,7 @@ mod tests {
         let mut q = DelayQueue::new(100);
         let mut rejected = 0;
         for i in 0..50 {
-            if q.push(i, frame(30)).is_err() {
+            if q.push(i, frame(30), one(30)).is_err() {
                 rejected += 1;
             }
             assert!(q.bytes() <= 100);
@@ -516,14 +560,14 @@ mod tests {
         assert!(!q.has_room(11));
         q.discard_head();
         assert_eq!(q.bytes(), 60);
-        assert!(q.push(99, frame(40)).is_ok());
+        assert!(q.push(99, frame(40), one(40)).is_ok());
     }
 
     #[test]
     fn lateness_is_send_time_minus_due() {
         let mut q = DelayQueue::new(1 << 20);
         for due in [1_000_000, 1_100_000, 1_200_000] {
-            q.push(due, frame(100)).unwrap();
+            q.push(due, frame(100), one(100)).unwrap();
         }
         let l = Lateness::new(200_000);
         // All three left together at 1.35 ms: 350, 250 and 150 µs late.
@@ -533,6 +577,31 @@ mod tests {
         assert_eq!(s.worst_us, 350.0);
         assert_eq!(s.mean_us, 250.0);
         assert_eq!(q.len(), 0);
+        assert_eq!(q.bytes(), 0);
+    }
+
+    #[test]
+    fn a_super_frame_counts_as_its_segments() {
+        let mut q = DelayQueue::new(1 << 20);
+        let gso = WireShape {
+            segments: 20,
+            wire_len: 20 * 1514,
+        };
+        q.push(1_000_000, frame(29_000), gso).unwrap();
+        q.push(1_010_000, frame(100), one(100)).unwrap();
+        let l = Lateness::new(200_000);
+        // Both left at 1.25 ms: the super-frame 250 µs late, the plain one 240 µs.
+        let out = q.complete(2, 1_250_000, &l);
+        assert_eq!(
+            out,
+            Released {
+                frames: 21,
+                wire_bytes: 20 * 1514 + 100
+            }
+        );
+        let s = l.summary();
+        assert_eq!(s.late, 21, "each segment of a late super-frame is late");
+        assert_eq!(s.worst_us, 250.0);
         assert_eq!(q.bytes(), 0);
     }
 

@@ -56,6 +56,14 @@ struct Cli {
     /// release frames on time despite late kernel wake-ups; 0 never spins.
     #[arg(long, value_name = "P", default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
     max_spin_percent: u8,
+    /// Run every forwarding thread on this CPU. A frame we send is received by the
+    /// peer router in our own syscall, and the whole stack behind it (forwarding,
+    /// switch, the receiving host's TCP) runs there too unless that interface
+    /// steers its receive work elsewhere (RPS); the lab pins us here and steers
+    /// the routers' WAN interfaces to the other CPUs, so that the downstream
+    /// stack cannot make us late.
+    #[arg(long, value_name = "N")]
+    cpu: Option<usize>,
     /// Validate the configuration (interfaces included) and exit.
     #[arg(long)]
     check_config: bool,
@@ -164,6 +172,7 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     info!(
         pid = std::process::id(),
         rt_priority,
+        cpu = cli.cpu,
         "forwarding {} link(s): {}",
         summary.len(),
         summary.join("; ")
@@ -174,9 +183,15 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     for (line, (d, _)) in lines.into_iter().zip(&directions) {
         let (stop, failed) = (Arc::clone(&stop), Arc::clone(&failed));
         let what = format!("{} {}", d.link, d.dir);
+        let cpu = cli.cpu;
         let handle = thread::Builder::new()
             .name(format!("wan-{}-{}", d.dir, d.link)) // the kernel keeps 15 chars
             .spawn(move || {
+                if let Some(n) = cpu {
+                    if let Err(e) = os::pin_to_cpu(n) {
+                        warn!("{what}: cannot pin to CPU {n} ({e}); running unpinned");
+                    }
+                }
                 if let Err(e) = line.run(&stop) {
                     error!("{what}: forwarding stopped: {e}");
                     failed.store(true, Relaxed);

@@ -49,6 +49,23 @@ pub fn set_fifo_priority(priority: u8) -> io::Result<()> {
     Ok(())
 }
 
+/// Restricts the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for cpu < CPU_SETSIZE
+    // (checked), and sched_setaffinity only reads it. pid 0 is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// User and system CPU seconds, as `getrusage` reports them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuTime {

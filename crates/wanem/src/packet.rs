@@ -21,6 +21,11 @@ use std::ptr;
 /// `struct virtio_net_hdr` without `num_buffers`: what PACKET_VNET_HDR puts in front.
 pub const VNET_HDR_LEN: usize = 10;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
 const ETH_HLEN: usize = 14;
 const ETH_ALEN: usize = 6;
 const VLAN_HLEN: usize = 4;
@@ -405,9 +410,15 @@ pub struct RxFrame<'a> {
 }
 
 impl RxFrame<'_> {
-    /// Ethernet frame length as it travels (without our header, with its VLAN tag).
-    pub fn wire_len(&self) -> usize {
-        self.data.len() - VNET_HDR_LEN + if self.vlan.is_some() { VLAN_HLEN } else { 0 }
+    /// The frame as it travels (without our header, with its VLAN tag): a GSO
+    /// super-frame counts every segment it stands for.
+    pub fn wire_shape(&self) -> WireShape {
+        let shape = wire_shape(self.data);
+        let tag = if self.vlan.is_some() { VLAN_HLEN } else { 0 };
+        WireShape {
+            segments: shape.segments,
+            wire_len: shape.wire_len + shape.segments as usize * tag,
+        }
     }
 
     /// Bytes `to_owned_frame` will hold.
@@ -449,6 +460,60 @@ pub fn with_vlan_tag(data: &[u8], tag: VlanTag) -> Box<[u8]> {
         bump(&mut out, 6); // csum_start
     }
     out.into_boxed_slice()
+}
+
+/// What a frame (virtio_net_hdr in front) stands for on a real link: a GSO
+/// super-frame (GRO merged it on our receive side) is `segments` MTU-sized frames,
+/// each carrying its own copy of the headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireShape {
+    pub segments: u32,
+    /// Bytes on the wire over all segments (Ethernet headers included, no FCS).
+    pub wire_len: usize,
+}
+
+/// Reads the GSO fields of `data` (virtio_net_hdr + Ethernet frame; the header
+/// layout is described in `with_vlan_tag`). A plain frame is one segment.
+pub fn wire_shape(data: &[u8]) -> WireShape {
+    let frame_len = data.len().saturating_sub(VNET_HDR_LEN);
+    let plain = WireShape {
+        segments: 1,
+        wire_len: frame_len,
+    };
+    if data.len() < VNET_HDR_LEN {
+        return plain;
+    }
+    let u16_at = |at: usize| u16::from_ne_bytes([data[at], data[at + 1]]) as usize;
+    let gso_type = data[1] & !VIRTIO_NET_HDR_GSO_ECN;
+    let gso_size = u16_at(4);
+    if gso_type == VIRTIO_NET_HDR_GSO_NONE || gso_size == 0 {
+        return plain;
+    }
+    // The headers every segment repeats end where the payload starts. The
+    // checksum offload fields locate the L4 header exactly (hdr_len from an
+    // AF_PACKET receive is only the skb's linear length, an upper bound).
+    let l4_start = if data[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+        Some(u16_at(6))
+    } else {
+        None
+    };
+    let headers = match (gso_type, l4_start) {
+        (VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_TCPV6, Some(l4))
+            if VNET_HDR_LEN + l4 + 13 <= data.len() =>
+        {
+            l4 + usize::from(data[VNET_HDR_LEN + l4 + 12] >> 4) * 4
+        }
+        (VIRTIO_NET_HDR_GSO_UDP_L4, Some(l4)) => l4 + 8,
+        _ => u16_at(2),
+    };
+    if headers == 0 || headers >= frame_len {
+        return plain;
+    }
+    let segments = (frame_len - headers).div_ceil(gso_size).max(1);
+    WireShape {
+        segments: segments as u32,
+        wire_len: frame_len + (segments - 1) * headers,
+    }
 }
 
 /// Scratch arrays for one sendmmsg, reused so that sending allocates nothing.
@@ -499,6 +564,43 @@ mod tests {
         assert_eq!(u16::from_ne_bytes([out[2], out[3]]), 58);
         assert_eq!(u16::from_ne_bytes([out[6], out[7]]), 38);
         assert_eq!(u16::from_ne_bytes([out[8], out[9]]), 16);
+    }
+
+    /// A TCP/IPv4 GSO frame as GRO hands it to us: 66 bytes of headers (Ethernet
+    /// 14, IPv4 20, TCP 32) and `payload` bytes cut into `mss`-byte segments.
+    fn gso_tcp_frame(payload: usize, mss: u16) -> Vec<u8> {
+        let mut d = vec![0u8; VNET_HDR_LEN + 66 + payload];
+        d[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+        d[1] = VIRTIO_NET_HDR_GSO_TCPV4;
+        d[2..4].copy_from_slice(&200u16.to_ne_bytes()); // skb_headlen: larger than the headers
+        d[4..6].copy_from_slice(&mss.to_ne_bytes());
+        d[6..8].copy_from_slice(&34u16.to_ne_bytes()); // csum_start: the TCP header
+        d[8..10].copy_from_slice(&16u16.to_ne_bytes());
+        d[VNET_HDR_LEN + 34 + 12] = 8 << 4; // data offset: 32 bytes
+        d
+    }
+
+    #[test]
+    fn gso_frame_counts_its_segments_and_their_headers() {
+        // 10 full segments of 1448 bytes and one of 100.
+        let d = gso_tcp_frame(10 * 1448 + 100, 1448);
+        let s = wire_shape(&d);
+        assert_eq!(s.segments, 11);
+        assert_eq!(s.wire_len, 66 + 10 * 1448 + 100 + 10 * 66);
+        // A plain frame is itself.
+        let mut plain = d.clone();
+        plain[1] = VIRTIO_NET_HDR_GSO_NONE;
+        assert_eq!(
+            wire_shape(&plain),
+            WireShape {
+                segments: 1,
+                wire_len: d.len() - VNET_HDR_LEN
+            }
+        );
+        // ECN flag in gso_type does not change the count.
+        let mut ecn = d.clone();
+        ecn[1] |= VIRTIO_NET_HDR_GSO_ECN;
+        assert_eq!(wire_shape(&ecn), s);
     }
 
     #[test]

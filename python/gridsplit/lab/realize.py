@@ -56,6 +56,24 @@ def tbf_burst(rate_mbps: float, ms: float) -> int:
 BURST_MS = {"nic": 2.1, "switch": 0.25, "wan": 2.1}
 
 
+def delay_line_cpu() -> int | None:
+    """The CPU the delay line's threads are pinned to (None on one CPU).
+
+    Every frame the delay line sends is received by the peer router inside its
+    own sendmmsg, and unless steered away the whole stack behind it (routing,
+    segmentation, switch, tbf, the receiving host's TCP and its ACKs) runs there
+    too: at 1 Gb/s that is most of a core, and the line fell behind its schedule
+    (89 % of frames late). The routers' WAN interfaces therefore steer their
+    receive work (RPS) to the other CPUs, and the delay line runs on this one.
+    """
+    n = os.cpu_count() or 1
+    return n - 1 if n >= 2 else None
+
+
+def _rps_mask(cpu: int) -> str:
+    return format(((1 << (os.cpu_count() or 1)) - 1) & ~(1 << cpu), "x")
+
+
 def tbf_line(dev: str, rate_mbps: float, limit: int, kind: str) -> str:
     burst = tbf_burst(rate_mbps, BURST_MS[kind])
     return f"qdisc replace dev {dev} root tbf rate {int(rate_mbps * 1e6)}bit burst {burst} limit {max(limit, burst)}"
@@ -267,10 +285,15 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             _sysctl(hns, {**site.tcp.sysctls(), **extra})
 
         ip_batch(rt, [f"addr add {site.router_ip}/24 dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
+        # The delay line hands the router GSO super-frames (GRO on the WAN side,
+        # below); segmenting them on the way out to the switch keeps every switch
+        # port's drop-tail buffer dropping one MTU-sized frame at a time.
+        in_ns(rt, ["ethtool", "-K", N.RT_LAN, "tso", "off", "gso", "off", "gro", "off"])
         _sysctl(rt, {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0"})
 
     progress(f"WAN: {len(topo.wans)} link(s)")
-    wan_lines = []
+    wan_lines, wan_gro = [], []
+    cpu = delay_line_cpu()
     for w in topo.wans:
         for side, site in (("a", w.a), ("b", w.b)):
             rt, dev, peer = names.router_ns(site), N.rt_wan_if(w.peer(site)), N.wan_if(w.index, side)
@@ -278,9 +301,19 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
                           f"addr add {w.ip(site)}/30 dev {dev}", f"link set {dev} up",
                           f"route add {topo.site(w.peer(site)).subnet} via {w.ip(w.peer(site))} dev {dev}"])
             in_ns(rt, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+            if cpu is not None:
+                in_ns(rt, ["sh", "-c", f"echo {_rps_mask(cpu)} > /sys/class/net/{dev}/queues/rx-0/rps_cpus"])
             tc_batch(rt, [tbf_line(dev, w.rate_mbps, w.buffer_bytes, "wan")])
             wan_lines.append(f"link set {peer} up")
+            # GRO on the delay line's receive side merges what left the WAN tbf
+            # (which has dropped per frame already) into super-frames: one receive,
+            # copy and send per ~20 frames at 1 Gb/s. Not on a lossy link, where
+            # random loss must hit single frames.
+            if w.loss == 0:
+                wan_gro.append(f"ethtool -K {peer} gro on >/dev/null")
     ip_batch(names.wan_ns, wan_lines)
+    if wan_gro:
+        in_ns(names.wan_ns, ["sh", "-c", " && ".join(wan_gro)])
 
 
 def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str]) -> dict[str, int]:
@@ -383,7 +416,9 @@ def _start_wanem(topo: Topology, names: LabNames, wanem: str, comp_us: int) -> i
     path = names.state_dir / "wanem.json"
     path.write_text(json.dumps(cfg, indent=1))
     log = open(names.state_dir / "wanem.log", "w")
-    proc = subprocess.Popen(["ip", "netns", "exec", names.wan_ns, wanem, "--config", str(path), "--rt-priority", "10"],
+    cpu = delay_line_cpu()
+    pin = ["--cpu", str(cpu)] if cpu is not None else []
+    proc = subprocess.Popen(["ip", "netns", "exec", names.wan_ns, wanem, "--config", str(path), "--rt-priority", "10", *pin],
                             stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
