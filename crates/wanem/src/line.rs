@@ -31,6 +31,12 @@ const RX_BATCH: usize = 64;
 /// frame's lateness is read when the whole batch returns: 16 MTU frames take
 /// tens of µs, 64 would blur the measure more than the wake-up latency does.
 const TX_BATCH: usize = 16;
+/// Wire frames per sendmmsg, GSO segments counted one by one (a batch always
+/// takes at least one frame). The peer router cuts super-frames back into MTU
+/// frames, and all of them wait in one CPU's backlog (net.core.netdev_max_backlog,
+/// 1000 by default) until that CPU gets to them: 16 super-frames of 44 segments
+/// would fill most of it at once.
+const TX_BATCH_SEGMENTS: u64 = 64;
 
 /// Longest we sleep with nothing due, so a stop request is seen within this time.
 const IDLE_WAKE_NS: u64 = 50_000_000;
@@ -103,12 +109,19 @@ impl DelayQueue {
         self.frames.front().map(|f| f.due)
     }
 
-    /// How many frames at the head are due at `now`, up to `max`.
-    pub fn due_count(&self, now: u64, max: usize) -> usize {
+    /// How many frames at the head are due at `now`, up to `max` frames and
+    /// `max_segments` wire frames (but at least one frame if any is due).
+    pub fn due_count(&self, now: u64, max: usize, max_segments: u64) -> usize {
+        let mut segments = 0;
         self.frames
             .iter()
             .take(max)
             .take_while(|f| f.due <= now)
+            .enumerate()
+            .take_while(|(i, f)| {
+                segments += u64::from(f.shape.segments);
+                *i == 0 || segments <= max_segments
+            })
             .count()
     }
 
@@ -435,9 +448,11 @@ impl DelayLine {
         loop {
             let now = os::monotonic_ns();
             let shift = self.spread.update(now, self.queue.next_due());
-            let n = self
-                .queue
-                .due_count(now.saturating_sub(shift), batch.capacity());
+            let n = self.queue.due_count(
+                now.saturating_sub(shift),
+                batch.capacity(),
+                TX_BATCH_SEGMENTS,
+            );
             if n == 0 {
                 return None;
             }
@@ -519,10 +534,14 @@ mod tests {
         q.push(200, frame(20), one(20)).unwrap();
         q.push(300, frame(30), one(30)).unwrap();
         assert_eq!(q.next_due(), Some(100));
-        assert_eq!(q.due_count(99, 64), 0);
-        assert_eq!(q.due_count(100, 64), 1);
-        assert_eq!(q.due_count(250, 64), 2);
-        assert_eq!(q.due_count(1000, 2), 2, "batch size caps a release");
+        assert_eq!(q.due_count(99, 64, u64::MAX), 0);
+        assert_eq!(q.due_count(100, 64, u64::MAX), 1);
+        assert_eq!(q.due_count(250, 64, u64::MAX), 2);
+        assert_eq!(
+            q.due_count(1000, 2, u64::MAX),
+            2,
+            "batch size caps a release"
+        );
         let l = Lateness::new(0);
         assert_eq!(
             q.complete(2, 250, &l),
@@ -540,8 +559,12 @@ mod tests {
         let mut q = DelayQueue::new(1 << 20);
         q.push(500, frame(1), one(1)).unwrap();
         q.push(400, frame(2), one(2)).unwrap();
-        assert_eq!(q.due_count(450, 64), 0, "the second frame may not overtake");
-        assert_eq!(q.due_count(500, 64), 2);
+        assert_eq!(
+            q.due_count(450, 64, u64::MAX),
+            0,
+            "the second frame may not overtake"
+        );
+        assert_eq!(q.due_count(500, 64, u64::MAX), 2);
     }
 
     #[test]
@@ -589,6 +612,13 @@ mod tests {
         };
         q.push(1_000_000, frame(29_000), gso).unwrap();
         q.push(1_010_000, frame(100), one(100)).unwrap();
+        assert_eq!(q.due_count(2_000_000, 16, 64), 2);
+        assert_eq!(q.due_count(2_000_000, 16, 20), 1, "segments cap a release");
+        assert_eq!(
+            q.due_count(2_000_000, 16, 5),
+            1,
+            "but one frame always goes"
+        );
         let l = Lateness::new(200_000);
         // Both left at 1.25 ms: the super-frame 250 µs late, the plain one 240 µs.
         let out = q.complete(2, 1_250_000, &l);
