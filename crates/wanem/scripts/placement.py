@@ -1,6 +1,8 @@
 """Does the delay line keep its schedule when the traffic shares its CPU?
 
-A benchmark for a running lab (`gridsplit lab up ...`, same GRIDSPLIT_LAB_PREFIX):
+A benchmark for a lab brought up with the delay line pinned and the routers'
+receive work steered away from it (`GRIDSPLIT_WANEM_STEER=1 gridsplit lab up ...`,
+same GRIDSPLIT_LAB_PREFIX):
 one single-flow iperf3 test across the longest WAN path, repeated, alternating
 two placements of the traffic generators (iperf3 client and server):
 
@@ -13,6 +15,7 @@ emulated stack) waits for that syscall to finish, real-time priority or not.
 Side by side, the two placements show how much of the delay line's lateness is
 that, and what the throughput costs when the traffic gets one CPU fewer.
 
+    GRIDSPLIT_LAB_PREFIX=gsd GRIDSPLIT_WANEM_STEER=1 gridsplit lab up --topology paper --nodes 4 --scale 1
     GRIDSPLIT_LAB_PREFIX=gsd python3 crates/wanem/scripts/placement.py --repeat 3 [--json FILE]
 """
 
@@ -30,8 +33,17 @@ from rich.table import Table
 from gridsplit.lab import iperf
 from gridsplit.lab.check import FRAME_OVERHEAD, emulator_watch_begin, emulator_watch_end, representative
 from gridsplit.lab.names import LabNames
-from gridsplit.lab.realize import delay_line_cpu, load_state
+from gridsplit.lab.realize import load_state
 from gridsplit.machine import facts
+
+
+def pinned_cpu(pid: int) -> int | None:
+    """The one CPU the delay line's forwarding threads may run on, if pinned."""
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"))[1:]:
+        cpus = os.sched_getaffinity(int(tid))
+        if len(cpus) == 1:
+            return next(iter(cpus))
+    return None
 
 
 def one(state, src, dst, seconds: float, cpus: set[int] | None) -> dict:
@@ -60,9 +72,9 @@ def one(state, src, dst, seconds: float, cpus: set[int] | None) -> dict:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results here too.")
 def main(repeat: int, seconds: float, json_path: str | None) -> None:
     state = load_state(LabNames.from_env())
-    cpu = delay_line_cpu()
+    cpu = pinned_cpu(state.wanem_pid)
     if cpu is None:
-        raise click.ClickException("one CPU only: there is no other CPU to keep the traffic on")
+        raise click.ClickException("the delay line is not pinned to a CPU; bring the lab up with GRIDSPLIT_WANEM_STEER=1")
     topo = state.topo
     a, b = max(((w.a, w.b) for w in topo.wans), key=lambda p: topo.rtt_ms(*p))
     src, dst = representative(state, a), representative(state, b)

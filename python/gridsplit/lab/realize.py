@@ -57,17 +57,20 @@ BURST_MS = {"nic": 2.1, "switch": 0.25, "wan": 2.1}
 
 
 def delay_line_cpu() -> int | None:
-    """The CPU the delay line's threads are pinned to (None on one CPU).
+    """The CPU the delay line's threads are pinned to, or None (the default).
 
     Every frame the delay line sends is received by the peer router inside its
-    own sendmmsg, and unless steered away the whole stack behind it (routing,
-    segmentation, switch, tbf, the receiving host's TCP and its ACKs) runs there
-    too: at 1 Gb/s that is most of a core, and the line fell behind its schedule
-    (89 % of frames late). The routers' WAN interfaces therefore steer their
-    receive work (RPS) to the other CPUs, and the delay line runs on this one.
+    own sendmmsg, and the whole stack behind it (routing, switch, tbf, the
+    receiving host's TCP and its ACKs) runs there too: at 1 Gb/s that is most of
+    a core, and the line falls behind its schedule. With GRIDSPLIT_WANEM_STEER=1
+    the routers' WAN interfaces steer that work (RPS) to the other CPUs and the
+    delay line runs on the last one. Off by default: on 2 vCPUs the one CPU left
+    then saturates at 1 Gb/s, its backlog (net.core.netdev_max_backlog) overflows
+    and frames are lost in the kernel, where no buffer of the topology is, and
+    nothing in `lab check` sees it (crates/wanem/README.md, "Full rate").
     """
     n = os.cpu_count() or 1
-    return n - 1 if n >= 2 else None
+    return n - 1 if n >= 2 and os.environ.get("GRIDSPLIT_WANEM_STEER") == "1" else None
 
 
 def _rps_mask(cpu: int) -> str:
