@@ -19,7 +19,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::os;
-use crate::packet::{PacketSocket, RecvBatch, SendBatch, WireShape};
+use crate::packet::{PacketSocket, RecvBatch, SendBatch, StampBatch, WireShape};
 use crate::stats::{Lateness, LineStats};
 use crate::wake::EarlyWake;
 
@@ -27,9 +27,8 @@ use crate::wake::EarlyWake;
 /// late costs no accuracy, since each frame carries its kernel receive stamp.
 const RX_BATCH: usize = 64;
 /// Frames per sendmmsg. Smaller, because sendmmsg hands each frame to the peer
-/// namespace's stack before returning (its softirq runs in our thread) and a
-/// frame's lateness is read when the whole batch returns: 16 MTU frames take
-/// tens of µs, 64 would blur the measure more than the wake-up latency does.
+/// namespace's stack before returning (its softirq runs in our thread): the
+/// frames behind in the batch wait for that, and their transmit stamps say so.
 const TX_BATCH: usize = 16;
 /// Wire frames per sendmmsg, GSO segments counted one by one (a batch always
 /// takes at least one frame). The peer router cuts super-frames back into MTU
@@ -129,14 +128,14 @@ impl DelayQueue {
         self.frames.iter().map(|f| &f.data[..])
     }
 
-    /// Removes the `n` head frames, which left at `sent_at`, recording how late
-    /// each one was (once per wire frame it stands for).
-    pub fn complete(&mut self, n: usize, sent_at: u64, lateness: &Lateness) -> Released {
+    /// Removes the head frames, which left at the times in `left` (one per
+    /// frame), recording how late each one was (once per wire frame it stands for).
+    pub fn complete(&mut self, left: &[u64], lateness: &Lateness) -> Released {
         let mut stored = 0;
         let mut out = Released::default();
-        for f in self.frames.drain(..n) {
+        for (f, &at) in self.frames.drain(..left.len()).zip(left) {
             let frames = u64::from(f.shape.segments);
-            lateness.record_frames(sent_at.saturating_sub(f.due), frames);
+            lateness.record_frames(at.saturating_sub(f.due), frames);
             stored += f.data.len() as u64;
             out.frames += frames;
             out.wire_bytes += f.shape.wire_len as u64;
@@ -283,6 +282,8 @@ pub struct DelayLine {
     queue: DelayQueue,
     early: EarlyWake,
     stats: Arc<LineStats>,
+    /// Scratch for the transmit stamps of one batch.
+    stamps: Vec<u64>,
     /// Where we last warned about a transmit error, to keep the log readable when
     /// an interface goes away under heavy traffic.
     last_tx_warning: u64,
@@ -307,6 +308,7 @@ impl DelayLine {
             queue: DelayQueue::new(options.max_queue_bytes),
             early: EarlyWake::new(options.max_spin_percent),
             stats,
+            stamps: Vec::with_capacity(TX_BATCH + 1),
             last_tx_warning: 0,
         }
     }
@@ -327,11 +329,12 @@ impl DelayLine {
         }
         let mut rx_batch = RecvBatch::new(RX_BATCH);
         let mut tx_batch = SendBatch::new(TX_BATCH);
+        let mut stamp_batch = StampBatch::new(TX_BATCH + 1);
         let mut backlog = false;
         let mut next_housekeeping = 0;
 
         while !stop.load(Relaxed) {
-            let retry_at = self.release_due(&mut tx_batch);
+            let retry_at = self.release_due(&mut tx_batch, &mut stamp_batch);
             let now = os::monotonic_ns();
             if now >= next_housekeeping {
                 self.housekeeping();
@@ -444,7 +447,7 @@ impl DelayLine {
 
     /// Sends every frame that is due. Returns when to try again if the transmit
     /// side pushed back.
-    fn release_due(&mut self, batch: &mut SendBatch) -> Option<u64> {
+    fn release_due(&mut self, batch: &mut SendBatch, stamps: &mut StampBatch) -> Option<u64> {
         loop {
             let now = os::monotonic_ns();
             let shift = self.spread.update(now, self.queue.next_due());
@@ -457,22 +460,23 @@ impl DelayLine {
                 return None;
             }
             let result = self.tx.send_batch(batch, self.queue.head().take(n));
-            // Read the clock only once the kernel is done with the batch: a frame
-            // has not left until sendmmsg returns, and the lab relies on this
-            // number being honest.
             let sent_at = os::monotonic_ns();
             match result {
                 Ok(sent) => {
+                    let left = self.departures(sent, sent_at, stamps);
                     // Counted as on the wire, like rx_packets and rx_bytes.
-                    let out = self.queue.complete(sent, sent_at, &self.stats.lateness);
+                    let out = self.queue.complete(&left, &self.stats.lateness);
                     self.stats.tx_packets.fetch_add(out.frames, Relaxed);
                     self.stats.tx_bytes.fetch_add(out.wire_bytes, Relaxed);
                     self.publish_queue();
                 }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) => {
                     // Socket buffer full or the device dropped it: the frame is
-                    // still ours, send it again shortly.
+                    // still ours, send it again shortly. The veth may have stamped
+                    // it before refusing it; that stamp must not be taken for the
+                    // next frame's.
                     self.stats.tx_errors.fetch_add(1, Relaxed);
+                    let _ = self.departures(0, sent_at, stamps);
                     return Some(sent_at + TX_RETRY_NS);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -488,6 +492,25 @@ impl DelayLine {
                     }
                 }
             }
+        }
+    }
+
+    /// When each of the `sent` frames of the last sendmmsg left: the veth's
+    /// transmit stamp, taken as it accepted the frame. Without a stamp for every
+    /// frame (the kernel gives none, or lost some), the time sendmmsg returned,
+    /// which is never earlier. Drains the stamps either way.
+    fn departures(&mut self, sent: usize, returned: u64, batch: &mut StampBatch) -> Vec<u64> {
+        let stamped = self.tx.take_tx_stamps(batch, &mut self.stamps);
+        let wall_minus_mono = os::realtime_ns().wrapping_sub(os::monotonic_ns());
+        if stamped.is_ok() && self.stamps.len() >= sent {
+            // A refused frame's stamp can only be the last one.
+            self.stamps[..sent]
+                .iter()
+                .map(|wall| wall.wrapping_sub(wall_minus_mono).min(returned))
+                .collect()
+        } else {
+            self.stats.tx_unstamped.fetch_add(sent as u64, Relaxed);
+            vec![returned; sent]
         }
     }
 
@@ -544,7 +567,7 @@ mod tests {
         );
         let l = Lateness::new(0);
         assert_eq!(
-            q.complete(2, 250, &l),
+            q.complete(&[250; 2], &l),
             Released {
                 frames: 2,
                 wire_bytes: 30
@@ -594,7 +617,7 @@ mod tests {
         }
         let l = Lateness::new(200_000);
         // All three left together at 1.35 ms: 350, 250 and 150 µs late.
-        q.complete(3, 1_350_000, &l);
+        q.complete(&[1_350_000; 3], &l);
         let s = l.summary();
         assert_eq!(s.late, 2);
         assert_eq!(s.worst_us, 350.0);
@@ -621,7 +644,7 @@ mod tests {
         );
         let l = Lateness::new(200_000);
         // Both left at 1.25 ms: the super-frame 250 µs late, the plain one 240 µs.
-        let out = q.complete(2, 1_250_000, &l);
+        let out = q.complete(&[1_250_000; 2], &l);
         assert_eq!(
             out,
             Released {

@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 
 use config::Config;
 use line::{DelayLine, LineOptions, LossModel};
-use packet::PacketSocket;
+use packet::{PacketSocket, Role};
 use stats::{Direction, LineStats};
 
 /// Exit code for anything wrong in the configuration, so the lab can tell "fix
@@ -123,11 +123,18 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     let mut directions = Vec::new();
     let mut lines = Vec::new();
     for (i, link) in config.links.iter().enumerate() {
-        let a = Arc::new(PacketSocket::open(&link.a)?);
-        let b = Arc::new(PacketSocket::open(&link.b)?);
+        let open = |ifname: &str, role| PacketSocket::open(ifname, role).map(Arc::new);
+        let (a_rx, a_tx) = (
+            open(&link.a, Role::Receive)?,
+            open(&link.a, Role::Transmit)?,
+        );
+        let (b_rx, b_tx) = (
+            open(&link.b, Role::Receive)?,
+            open(&link.b, Role::Transmit)?,
+        );
         for (dir, rx, tx, delay_us, loss, reverse) in [
-            ("ab", &a, &b, link.delay_us_ab, link.loss_ab, false),
-            ("ba", &b, &a, link.delay_us_ba, link.loss_ba, true),
+            ("ab", &a_rx, &b_tx, link.delay_us_ab, link.loss_ab, false),
+            ("ba", &b_rx, &a_tx, link.delay_us_ba, link.loss_ba, true),
         ] {
             let stats = Arc::new(LineStats::new(late_threshold_ns));
             directions.push((

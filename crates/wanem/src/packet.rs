@@ -7,10 +7,14 @@
 //! whose checksums the far side finds wrong. With it, a frame leaves exactly as it
 //! came in, offload state included.
 //!
-//! One socket per interface serves two threads: the direction that receives on it
-//! and the direction that transmits on it. The kernel makes concurrent recv and send
-//! on one socket safe, and one socket per interface keeps PACKET_IGNORE_OUTGOING
-//! meaningful: we never see our own transmissions.
+//! Each interface has two sockets: one that receives (for the direction that starts
+//! there) and one that only transmits (for the direction that ends there). The
+//! receiving one sets PACKET_IGNORE_OUTGOING, so it never sees what either socket
+//! sends. The transmitting one asks for a software transmit timestamp on every
+//! frame: the veth stamps a frame when it takes it, which is the moment the frame
+//! leaves us, and those stamps wait on that socket's error queue. On a socket of
+//! its own they cannot wake the receiving thread (poll reports a non-empty error
+//! queue to every poller).
 
 use std::ffi::CString;
 use std::io;
@@ -82,8 +86,15 @@ pub struct PacketSocket {
     ifname: String,
 }
 
+/// What a socket is for; see the module comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Receive,
+    Transmit,
+}
+
 impl PacketSocket {
-    pub fn open(ifname: &str) -> io::Result<PacketSocket> {
+    pub fn open(ifname: &str, role: Role) -> io::Result<PacketSocket> {
         let ifindex = interface_index(ifname)?;
         let with_context =
             |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{ifname}: {what}: {e}"));
@@ -105,17 +116,26 @@ impl PacketSocket {
         let one: libc::c_int = 1;
         setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one)
             .map_err(|e| with_context("PACKET_VNET_HDR", e))?;
-        setsockopt(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one)
-            .map_err(|e| with_context("PACKET_IGNORE_OUTGOING", e))?;
-        // VLAN tags offloaded to skb metadata are not in the frame bytes; auxdata is
-        // how we learn them so that we can put them back.
-        setsockopt(raw, libc::SOL_PACKET, libc::PACKET_AUXDATA, &one)
-            .map_err(|e| with_context("PACKET_AUXDATA", e))?;
-        // The kernel stamps a frame when the veth hands it over, before it waits in
-        // our queue; the delay is measured from there, not from when we got around
-        // to reading it.
-        setsockopt(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
-            .map_err(|e| with_context("SO_TIMESTAMPNS", e))?;
+        if role == Role::Receive {
+            setsockopt(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one)
+                .map_err(|e| with_context("PACKET_IGNORE_OUTGOING", e))?;
+            // VLAN tags offloaded to skb metadata are not in the frame bytes; auxdata
+            // is how we learn them so that we can put them back.
+            setsockopt(raw, libc::SOL_PACKET, libc::PACKET_AUXDATA, &one)
+                .map_err(|e| with_context("PACKET_AUXDATA", e))?;
+            // The kernel stamps a frame when the veth hands it over, before it waits
+            // in our queue; the delay is measured from there, not from when we got
+            // around to reading it.
+            setsockopt(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
+                .map_err(|e| with_context("SO_TIMESTAMPNS", e))?;
+        } else {
+            // Only the stamp, not a copy of the frame, comes back on the error queue.
+            let flags = (libc::SOF_TIMESTAMPING_TX_SOFTWARE
+                | libc::SOF_TIMESTAMPING_SOFTWARE
+                | libc::SOF_TIMESTAMPING_OPT_TSONLY) as libc::c_int;
+            setsockopt(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags)
+                .map_err(|e| with_context("SO_TIMESTAMPING", e))?;
+        }
         for (force, plain, bytes, what) in [
             (
                 libc::SO_RCVBUFFORCE,
@@ -144,7 +164,10 @@ impl PacketSocket {
         // SAFETY: sockaddr_ll is plain data; zero is valid for every field.
         let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        // A transmit-only socket binds protocol 0: the kernel delivers it nothing.
+        if role == Role::Receive {
+            addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        }
         addr.sll_ifindex = ifindex as libc::c_int;
         // SAFETY: `addr` is a valid sockaddr_ll of the size we pass.
         cvt(unsafe {
@@ -159,11 +182,13 @@ impl PacketSocket {
         // A veth delivers every frame anyway, but a real NIC would filter frames not
         // addressed to it; a delay line must pass them all. Undone when we close.
         // SAFETY: packet_mreq is plain data.
-        let mut mreq: libc::packet_mreq = unsafe { zeroed() };
-        mreq.mr_ifindex = ifindex as libc::c_int;
-        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
-        setsockopt(raw, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
-            .map_err(|e| with_context("promiscuous mode", e))?;
+        if role == Role::Receive {
+            let mut mreq: libc::packet_mreq = unsafe { zeroed() };
+            mreq.mr_ifindex = ifindex as libc::c_int;
+            mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+            setsockopt(raw, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+                .map_err(|e| with_context("promiscuous mode", e))?;
+        }
 
         Ok(PacketSocket {
             fd,
@@ -275,6 +300,56 @@ impl PacketSocket {
             return Err(io::Error::last_os_error());
         }
         Ok(r as usize)
+    }
+
+    /// The transmit stamps (CLOCK_REALTIME ns) of the frames sent since the last call,
+    /// oldest first, into `out` (cleared first). A transmit socket only.
+    pub fn take_tx_stamps(&self, batch: &mut StampBatch, out: &mut Vec<u64>) -> io::Result<()> {
+        out.clear();
+        loop {
+            for m in batch.msgs.iter_mut() {
+                m.msg_hdr.msg_controllen = CTRL_LEN as _;
+                m.msg_hdr.msg_flags = 0;
+            }
+            // SAFETY: as in recv_batch; the iovecs are empty, the control buffers
+            // belong to `batch`.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    batch.msgs.as_mut_ptr(),
+                    batch.msgs.len() as _,
+                    libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                    ptr::null_mut(),
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+                    _ => Err(e),
+                };
+            }
+            for m in &batch.msgs[..r as usize] {
+                // SAFETY: the kernel filled the control buffer and set its length.
+                unsafe {
+                    let mut cmsg = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                    while !cmsg.is_null() {
+                        let c = &*cmsg;
+                        if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_TIMESTAMPING
+                        {
+                            // struct scm_timestamping: ts[0] is the software stamp.
+                            let ts: libc::timespec =
+                                ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                            out.push(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                        }
+                        cmsg = libc::CMSG_NXTHDR(&m.msg_hdr, cmsg);
+                    }
+                }
+            }
+            if (r as usize) < batch.msgs.len() {
+                return Ok(());
+            }
+        }
     }
 
     /// Frames the kernel dropped because our receive buffer was full since the last
@@ -390,6 +465,28 @@ impl RecvBatch {
             }
         }
         frame
+    }
+}
+
+/// Control buffers for reading transmit stamps off the error queue.
+pub struct StampBatch {
+    _ctrl: Box<[u64]>,
+    msgs: Box<[libc::mmsghdr]>,
+}
+
+impl StampBatch {
+    pub fn new(capacity: usize) -> StampBatch {
+        let mut ctrl = vec![0u64; capacity * CTRL_LEN / 8].into_boxed_slice();
+        let msgs = (0..capacity)
+            .map(|i| {
+                // SAFETY: mmsghdr is plain data; zero is a valid starting value.
+                let mut m: libc::mmsghdr = unsafe { zeroed() };
+                m.msg_hdr.msg_control = ctrl[i * CTRL_LEN / 8..].as_mut_ptr().cast();
+                m.msg_hdr.msg_controllen = CTRL_LEN as _;
+                m
+            })
+            .collect();
+        StampBatch { _ctrl: ctrl, msgs }
     }
 }
 

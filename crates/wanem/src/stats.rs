@@ -44,6 +44,9 @@ pub struct LineStats {
     /// Frames the kernel dropped because our receive buffer was full.
     pub rx_socket_drops: AtomicU64,
     pub tx_errors: AtomicU64,
+    /// Frames whose lateness was taken when sendmmsg returned, for want of a
+    /// transmit stamp (pessimistic: never earlier than the stamp).
+    pub tx_unstamped: AtomicU64,
     pub queued_bytes: AtomicU64,
     pub queued_packets: AtomicU64,
     pub thread_cpu_ns: AtomicU64,
@@ -65,6 +68,7 @@ impl LineStats {
             rx_invalid: AtomicU64::new(0),
             rx_socket_drops: AtomicU64::new(0),
             tx_errors: AtomicU64::new(0),
+            tx_unstamped: AtomicU64::new(0),
             queued_bytes: AtomicU64::new(0),
             queued_packets: AtomicU64::new(0),
             thread_cpu_ns: AtomicU64::new(0),
@@ -231,6 +235,7 @@ struct DirectionReport<'a> {
     rx_invalid: u64,
     rx_socket_drops: u64,
     tx_errors: u64,
+    tx_unstamped: u64,
     late: u64,
     worst_late_us: f64,
     mean_late_us: f64,
@@ -269,6 +274,7 @@ pub fn render(
                 rx_invalid: s.rx_invalid.load(Relaxed),
                 rx_socket_drops: s.rx_socket_drops.load(Relaxed),
                 tx_errors: s.tx_errors.load(Relaxed),
+                tx_unstamped: s.tx_unstamped.load(Relaxed),
                 late: l.late,
                 worst_late_us: l.worst_us,
                 mean_late_us: l.mean_us,
