@@ -129,6 +129,7 @@ static int accept_common(int lfd, struct sockaddr *addr, socklen_t *addrlen, int
         if (!ol)
             ol = gs_addr_to_sockaddr(&orig, oport, AF_INET6, &os);
 
+        gs_lan_timers(fd);
         struct gs_slot *s = gs_slot_get(fd);
         if (s) {
             pthread_mutex_lock(&s->mu);

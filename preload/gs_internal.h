@@ -201,6 +201,10 @@ void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int gs_debug;
 extern int gs_accept_timeout_ms;
 
+/* Applies the LAN timers (GRIDSPLIT_LAN_RTO_MIN_US, GRIDSPLIT_LAN_DELACK_MAX_US) to a
+ * relayed connection's socket; best effort. */
+void gs_lan_timers(int fd);
+
 /* Copy a stored sockaddr into a caller's (addr, addrlen) with the kernel's truncation
  * rules: copy min(*addrlen, len) bytes, then set *addrlen to the full length. */
 void gs_copy_out_addr(const struct sockaddr_storage *ss, socklen_t len,

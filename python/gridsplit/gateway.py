@@ -19,6 +19,25 @@ from .errors import GridsplitError
 from .topology import Topology
 
 ADMIN = "127.0.0.1:7300"
+# A switched LAN's base round-trip time, for the LAN bandwidth-delay product in
+# the incast budget. Under-estimating it only makes the budget more cautious.
+LAN_RTT_S = 100e-6
+# LAN timers of relayed connections' LAN legs (µs): two jiffies at HZ=250, the
+# least Linux accepts there; the node library uses the same defaults.
+LAN_RTO_MIN_US = 8000
+LAN_DELACK_MAX_US = 8000
+
+
+def lan_window_budget(topo: Topology, site: str) -> int:
+    """Payload bytes the switch port toward the gateway holds in flight without
+    loss: its drop-tail buffer plus the LAN's bandwidth-delay product, counted in
+    wire bytes (1448 of every 1514 are payload), less two frames for the ACKs
+    and probes that share the port. 0 when LAN tuning is off."""
+    if not topo.gateways.lan_tuning:
+        return 0
+    s = topo.site(site)
+    wire = s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
+    return max(int(wire * 1448 / 1514) - 2 * 1514, 4096)
 
 
 def sites_toml(topo: Topology) -> str:
@@ -61,6 +80,13 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         "[limits]",
         f"per_flow_buffer = {g.per_flow_buffer}",
         f"total_buffer = {g.total_buffer}",
+        "",
+        "[lan]",
+        "# The switch port toward this gateway holds window_budget payload bytes (buffer + LAN BDP);",
+        "# LAN sockets' receive windows are clamped to share it. LAN legs use LAN timers. 0 = off/default.",
+        f"window_budget = {lan_window_budget(topo, site)}",
+        f"rto_min_us = {LAN_RTO_MIN_US if g.lan_tuning else 0}",
+        f"delack_max_us = {LAN_DELACK_MAX_US if g.lan_tuning else 0}",
         "",
         "[wan]",
         f'congestion = "{g.congestion}"',

@@ -135,6 +135,11 @@ class GatewaySettings:
     wan_port: int = 7200
     per_flow_buffer: int = 4 * 1048576
     total_buffer: int = 256 * 1048576
+    # LAN tuning of relayed connections (docs/architecture.md, "LAN legs"): the
+    # gateway clamps its LAN sockets' receive windows so that together they fit
+    # its switch port (incast control), and both ends of every LAN leg use LAN
+    # timers (8 ms minimum RTO, 8 ms delayed-ACK bound) instead of 200 ms / 40 ms.
+    lan_tuning: bool = True
 
 
 @dataclass(frozen=True)
@@ -346,7 +351,7 @@ SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "n
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways")
-GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer")
+GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -484,6 +489,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         wan_port=g.integer("wan_port", 7200, lo=1, hi=65535),
         per_flow_buffer=g.integer("per_flow_buffer", 4 * 1048576, lo=65536),
         total_buffer=g.integer("total_buffer", 256 * 1048576, lo=1048576),
+        lan_tuning=g.boolean("lan_tuning", True),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

@@ -174,6 +174,24 @@ pub struct Limits {
     pub max_frame: usize,
 }
 
+/// `[lan]`: how the gateway treats its LAN sockets (both origins). A relayed
+/// connection's LAN leg never crosses the WAN, so it can use LAN-sized timers and
+/// windows that a direct connection cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LanParams {
+    /// Bytes of incast the switch port toward the gateway holds without loss
+    /// (its buffer plus the LAN's bandwidth-delay product, payload bytes),
+    /// divided among LAN sockets as receive-window clamps (collect/incast.rs);
+    /// 0 = off.
+    pub window_budget: usize,
+    /// TCP_RTO_MIN_US on LAN sockets: a LAN loss that only a timeout recovers
+    /// costs this instead of Linux's 200 ms; 0 = the kernel's default.
+    pub rto_min_us: u32,
+    /// TCP_DELACK_MAX_US on LAN sockets, so a delayed ACK never outlasts that
+    /// minimum RTO (which would make the RTO fire for nothing); 0 = default.
+    pub delack_max_us: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Site {
     pub name: String,
@@ -196,6 +214,7 @@ pub struct Config {
     pub psk: Vec<u8>,
     pub connect_timeout: Duration,
     pub limits: Limits,
+    pub lan: LanParams,
     pub wan: WanParams,
     pub sites: Vec<Site>,
     /// Effective WAN parameters per peer site (defaults merged with `[[link]]`).
@@ -252,6 +271,8 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
+    lan: RawLan,
+    #[serde(default)]
     wan: RawWan,
     #[serde(default)]
     site: Vec<RawSite>,
@@ -295,6 +316,17 @@ struct RawLimits {
     total_buffer: u64,
     #[serde(default = "default_max_frame")]
     max_frame: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLan {
+    #[serde(default)]
+    window_budget: u64,
+    #[serde(default)]
+    rto_min_us: u64,
+    #[serde(default)]
+    delack_max_us: u64,
 }
 
 fn default_per_flow() -> u64 {
@@ -580,6 +612,7 @@ fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config, ConfigErr
         total_buffer: l.total_buffer as usize,
         max_frame: l.max_frame as usize,
     };
+    let lan = validate_lan(&raw.lan, file)?;
 
     let wan = raw.wan.over(&WanParams::default());
     check_wan("wan", &wan, file)?;
@@ -618,9 +651,46 @@ fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config, ConfigErr
         psk,
         connect_timeout: Duration::from_millis(g.connect_timeout_ms),
         limits,
+        lan,
         wan,
         sites,
         links,
+    })
+}
+
+fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
+    let err = |k: &str, v: u64, fix: &str| ConfigError {
+        file: file.to_string(),
+        field: format!("lan.{k}"),
+        reason: format!("{v} is out of range"),
+        fix: fix.to_string(),
+    };
+    if l.window_budget != 0 && !(4096..=1 << 30).contains(&l.window_budget) {
+        return Err(err(
+            "window_budget",
+            l.window_budget,
+            "use 0 (off) or 4096..=1073741824 bytes: the buffer of the switch port toward the gateway plus the LAN's bandwidth-delay product",
+        ));
+    }
+    // Linux accepts 2 jiffies (2-20 ms, with HZ) up to 200 ms for the minimum RTO,
+    // and up to 200 ms for the delayed-ACK bound; the kernel has the last word
+    // (tune::apply_lan warns once when it refuses a value).
+    for (k, v) in [
+        ("rto_min_us", l.rto_min_us),
+        ("delack_max_us", l.delack_max_us),
+    ] {
+        if v > 200_000 {
+            return Err(err(
+                k,
+                v,
+                "use 0 (the kernel's default) or at most 200000 µs",
+            ));
+        }
+    }
+    Ok(LanParams {
+        window_budget: l.window_budget as usize,
+        rto_min_us: l.rto_min_us as u32,
+        delack_max_us: l.delack_max_us as u32,
     })
 }
 
@@ -790,6 +860,12 @@ gateway_wan = "10.71.2.254:7200"
                 sample("", "").replace("rtt_ms = 10.6", "rtt_ms = \"x\""),
                 "wan.rtt_ms",
             ),
+            (
+                sample("", "[lan]\nwindow_budget = 100\n"),
+                "lan.window_budget",
+            ),
+            (sample("", "[lan]\nrto_min_us = 900000\n"), "lan.rto_min_us"),
+            (sample("", "[lan]\nrto_min = 8\n"), "lan"),
         ];
         for (text, field) in cases {
             let e = load(&text).unwrap_err();

@@ -48,6 +48,8 @@ pub struct Shared {
     /// Receive windows granted to peers (the other half): bytes that may arrive
     /// from WAN links and wait for a LAN socket.
     pub recv_pool: Arc<Semaphore>,
+    /// Receive-window clamps of LAN sockets (LAN incast control).
+    pub lan_windows: Arc<collect::incast::LanWindows>,
     links: Mutex<HashMap<String, Arc<Link>>>,
     pub stopping: CancellationToken,
 }
@@ -116,16 +118,20 @@ impl Gateway {
         let (lan_addr, wan_addr, admin_addr) =
             (lan.local_addr()?, wan.local_addr()?, admin.local_addr()?);
 
+        let lan_windows =
+            collect::incast::LanWindows::new(cfg.lan.window_budget, cfg.limits.per_flow_buffer);
         let shared = Arc::new(Shared {
             cfg,
             metrics: Metrics::default(),
             send_pool: Arc::new(Semaphore::new(half)),
             recv_pool: Arc::new(Semaphore::new(half)),
+            lan_windows,
             links: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(collect::serve(shared.clone(), lan));
+        tasks.spawn(shared.lan_windows.clone().maintain(shared.stopping.clone()));
         tasks.spawn(link::accept_loop(shared.clone(), wan));
         tasks.spawn(metrics::serve(shared.clone(), admin));
         // Full mesh without duplicate links: the site whose name sorts first dials.

@@ -131,6 +131,13 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
             "send_budget_free": shared.send_pool.available_permits(),
             "receive_budget_free": shared.recv_pool.available_permits(),
         },
+        "lan": {
+            "window_budget": shared.cfg.lan.window_budget,
+            "rto_min_us": shared.cfg.lan.rto_min_us,
+            "delack_max_us": shared.cfg.lan.delack_max_us,
+            "window_clamp": shared.lan_windows.share.load(Ordering::Relaxed),
+            "sockets_clamped": shared.lan_windows.sockets_clamped.load(Ordering::Relaxed),
+        },
         "counters": counters,
         "replies": by_status(&m.replies),
         "remote_opens": by_status(&m.remote_opens),

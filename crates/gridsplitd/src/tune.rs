@@ -45,7 +45,7 @@ pub struct Applied {
     pub pacing_bps: Option<u64>,
 }
 
-fn setsockopt_raw<T>(fd: &impl AsFd, level: i32, name: i32, val: T) -> io::Result<()> {
+pub(crate) fn setsockopt_raw<T>(fd: &impl AsFd, level: i32, name: i32, val: T) -> io::Result<()> {
     // SAFETY: `val` lives across the call and its size is passed alongside.
     let rc = unsafe {
         libc::setsockopt(
@@ -61,6 +61,10 @@ fn setsockopt_raw<T>(fd: &impl AsFd, level: i32, name: i32, val: T) -> io::Resul
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+pub(crate) fn getsockopt_int(fd: &impl AsFd, level: i32, name: i32) -> io::Result<i32> {
+    getsockopt_u64(fd, level, name).map(|v| v as i32)
 }
 
 fn getsockopt_u64(fd: &impl AsFd, level: i32, name: i32) -> io::Result<u64> {
@@ -80,6 +84,35 @@ fn getsockopt_u64(fd: &impl AsFd, level: i32, name: i32) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(if len == 4 { v & 0xffff_ffff } else { v })
+}
+
+/// TCP_RTO_MIN_US and TCP_DELACK_MAX_US (Linux 6.15); the libc crate does not
+/// name them yet.
+const TCP_RTO_MIN_US: i32 = 45;
+const TCP_DELACK_MAX_US: i32 = 46;
+
+/// Applies the `[lan]` timers to a relayed LAN socket. Best effort: an older
+/// kernel, or a value under two jiffies, keeps Linux's defaults (200 ms minimum
+/// RTO), which is slower after a LAN loss, not wrong; it is reported once.
+pub fn apply_lan(fd: &impl AsFd, p: &crate::config::LanParams) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    for (name, what, v) in [
+        (TCP_RTO_MIN_US, "lan.rto_min_us", p.rto_min_us),
+        (TCP_DELACK_MAX_US, "lan.delack_max_us", p.delack_max_us),
+    ] {
+        if v == 0 {
+            continue;
+        }
+        if let Err(e) = setsockopt_raw(fd, libc::IPPROTO_TCP, name, v as libc::c_int) {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "{what} = {v}: the kernel refused it ({e}); LAN sockets keep its default \
+                     (needs Linux 6.15+, and at least two jiffies)"
+                );
+            }
+        }
+    }
 }
 
 /// Applies the WAN parameters to a socket. Buffers must be set before connect() or
@@ -236,6 +269,8 @@ pub struct TcpInfo {
     pub bytes_received: u64,
     pub notsent_bytes: u32,
     pub unacked: u32,
+    /// The window the peer advertises (bytes).
+    pub snd_wnd: u32,
 }
 
 pub fn tcp_info(fd: &impl AsFd) -> io::Result<TcpInfo> {
@@ -277,6 +312,7 @@ pub fn tcp_info(fd: &impl AsFd) -> io::Result<TcpInfo> {
         bytes_received: r.bytes_received,
         notsent_bytes: r.notsent_bytes,
         unacked: r.unacked,
+        snd_wnd: r.snd_wnd,
     })
 }
 

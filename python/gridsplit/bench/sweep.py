@@ -83,18 +83,21 @@ class Point:
     mode: str
     strategy: str | None
     congestion: str | None
+    lan: bool | None = None
 
     @property
     def key(self) -> tuple:
-        return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion)
+        return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
+                self.lan)
 
 
 def variant_tag(row: dict[str, Any]) -> str:
-    """"direct", or the split run's gateway variant as "strategy:congestion" (tables, plots, file names)."""
+    """"direct", or the split run's gateway variant as "strategy:congestion", with ":no-lan-tuning" when the
+    LAN legs ran untuned (tables, plots, file names)."""
     if row["mode"] == "direct":
         return "direct"
     v = row.get("variant") or {}
-    return f"{v.get('strategy')}:{v.get('congestion')}"
+    return f"{v.get('strategy')}:{v.get('congestion')}{':no-lan-tuning' if v.get('lan_tuning') is False else ''}"
 
 
 def median_of(vals) -> float | None:
@@ -106,7 +109,7 @@ def median_of(vals) -> float | None:
 def row_key(row: dict[str, Any]) -> tuple:
     v = row.get("variant") or {}
     return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
-            v.get("strategy"), v.get("congestion"))
+            v.get("strategy"), v.get("congestion"), v.get("lan_tuning"))
 
 
 # -- placement and physics -----------------------------------------------------
@@ -275,7 +278,8 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     counted = sum(d.get("RetransSegs", 0) for d in deltas.values())
     return {
         "kind": "point", "schema": SCHEMA, "op": p.op, "mode": p.mode,
-        "variant": {"strategy": p.strategy, "congestion": p.congestion} if p.mode == "split" else None,
+        "variant": {"strategy": p.strategy, "congestion": p.congestion, "lan_tuning": p.lan}
+        if p.mode == "split" else None,
         "impl": p.impl, "impl_version": res.get("impl_version"), "nodes": len(senders), "ranks": len(ranks),
         "size_bytes": p.size, "reps": res["reps"], "reps_requested": reps_requested, "repeat": p.repeat,
         "total_s": res["total_s"],
@@ -342,9 +346,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
-         strategies: list[str | None], ccs: list[str | None]) -> list[Point]:
+         strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,)) -> list[Point]:
     """Every point in run order: direct and the first split variant side by side; other variants after."""
-    variants = [(s, c) for s in strategies for c in ccs]
+    variants = [(s, c, i) for s in strategies for c in ccs for i in lans]
     if OPS[op].pair:
         nodes = [1]
     pts = []
@@ -353,7 +357,7 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
             for n in nodes:
                 for m in sizes:
                     for mode in modes:
-                        v = variants[0] if mode == "split" else (None, None)
+                        v = variants[0] if mode == "split" else (None, None, None)
                         pts.append(Point(op, impl, n, m, k, mode, *v))
         if "split" in modes:
             for v in variants[1:]:
@@ -366,13 +370,15 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
 
 def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: list[int], reps: int,
           budget: float, modes: list[str], impls: list[str], repeat: int, strategies: list[str | None],
-          ccs: list[str | None], out: Path, check: bool, con: Console) -> list[dict[str, Any]]:
+          ccs: list[str | None], out: Path, check: bool, con: Console,
+          lans: tuple[bool | None, ...] = (None,)) -> list[dict[str, Any]]:
     sysdeps.need_root(f"gridsplit bench {op}")
     names = LabNames.from_env()
     gw = load_topology(topology, None, scale).gateways
     strategies = [s or gw.strategy for s in strategies]
     ccs = [c or gw.congestion for c in ccs]
-    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs)
+    lans = [gw.lan_tuning if i is None else i for i in lans]
+    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans)
     done: dict[tuple, dict] = {}
     if out.exists():
         rows = read_rows(out)
@@ -405,7 +411,8 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
                 "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms")},
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
-                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "check": check},
+                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
+                    "check": check},
                 "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
             }) + "\n")
             f.flush()
@@ -417,21 +424,28 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     return [done[p.key] for p in pts if p.key in done]
 
 
+def _short(p: Point) -> str:
+    return p.strategy + ("" if p.lan in (None, True) else "-untuned")
+
+
 def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
              check: bool, f, con: Console) -> list[dict[str, Any]]:
     rows = []
-    variant = (state.topo.gateways.strategy, state.topo.gateways.congestion)
+    g = state.topo.gateways
+    variant = (g.strategy, g.congestion, g.lan_tuning)
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*cols, console=con, transient=False) as bar:
         task = bar.add_task("sweep", total=len(todo))
         for p in todo:
-            if p.mode == "split" and (p.strategy, p.congestion) != variant:
-                bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control {p.congestion}")
-                state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion)
-                variant = (p.strategy, p.congestion)
+            if p.mode == "split" and (p.strategy, p.congestion, p.lan) != variant:
+                bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control "
+                                  f"{p.congestion}, LAN tuning {'on' if p.lan else 'off'}")
+                state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion,
+                                                 lan_tuning=p.lan)
+                variant = (p.strategy, p.congestion, p.lan)
             bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
-                                          f"{'/' + p.strategy if p.mode == 'split' else ''} #{p.repeat}")
+                                          f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
             row = run_point(state, trace, p, reps, budget, check)
             f.write(json.dumps(row) + "\n")
             f.flush()
@@ -439,7 +453,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
             dist = row["counters"]["distant"]
             bar.console.print(
                 f"{p.op} {p.impl:7} n={p.nodes:<2} {units.fmt_size(p.size):>5} {p.mode:6}"
-                f"{('/' + p.strategy) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "
+                f"{('/' + _short(p)) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "
                 f"({row['reps']} reps, eff {row['efficiency'] or 0:.2f}, WAN retrans {dist['RetransSegs']}, "
                 f"WAN RTO {dist['TCPTimeouts']})")
             bar.advance(task)
@@ -557,6 +571,9 @@ def make_command(op: str) -> click.Command:
                   help=f"Gateway strategies to compare in split mode ({', '.join(STRATEGIES)}); default: the topology's.")
     @click.option("--wan-cc", "ccs", default=None, callback=_csv(_choice_list(("cubic", "reno", "bbr"))),
                   help="WAN congestion controls to compare in split mode; default: the topology's.")
+    @click.option("--lan-tuning", "lans", default=None, callback=_csv(_choice_list(("on", "off"))),
+                  help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port, 8 ms "
+                       "LAN timers) to compare in split mode: on, off or on,off; default: the topology's (on).")
     @click.option("--check/--no-check", default=False, show_default=True,
                   help="Verify every received payload (costs CPU outside the timed region).")
     @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -564,7 +581,7 @@ def make_command(op: str) -> click.Command:
                        "Default: results/bench/DATE-TOPOLOGY-OP.jsonl")
     @click.option("--report/--no-report", "make_report", default=True, show_default=True,
                   help="Write the HTML report next to the result file at the end.")
-    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, check, out,
+    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, check, out,
             make_report):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
         # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
@@ -575,7 +592,8 @@ def make_command(op: str) -> click.Command:
         if out is None:
             out = Path("results/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
-                     strategies or [None], ccs or [None], out, check, con)
+                     strategies or [None], ccs or [None], out, check, con,
+                     tuple(i == "on" for i in lans) if lans else (None,))
         summary = summarize(rows)
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")

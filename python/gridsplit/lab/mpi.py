@@ -60,8 +60,12 @@ def split_env(state: LabState) -> dict[str, str]:
     """What a rank needs to send its cross-site connections through the gateways."""
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
-    return {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
-            "GRIDSPLIT_CONFIG": str(state.names.state_dir / "sites.toml")}
+    env = {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
+           "GRIDSPLIT_CONFIG": str(state.names.state_dir / "sites.toml")}
+    if not state.topo.gateways.lan_tuning:
+        # The library's LAN timers are on by default; the gateways' are off.
+        env |= {"GRIDSPLIT_LAN_RTO_MIN_US": "0", "GRIDSPLIT_LAN_DELACK_MAX_US": "0"}
+    return env
 
 
 def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],

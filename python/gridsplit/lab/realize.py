@@ -26,13 +26,13 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from .. import sysdeps
 from ..errors import GridsplitError
-from ..topology import Host, Topology, load_topology
+from ..topology import GatewaySettings, Host, Topology, load_topology
 from . import names as N
 from .names import LabNames
 from .sh import in_ns, ip_batch, list_netns, netns_pids, run, tc_batch
@@ -114,29 +114,39 @@ def load_state(names: LabNames) -> LabState:
     data = json.loads(names.state_file.read_text())
     topo = load_topology(str(names.state_dir / "topology.toml"), data.get("nodes"), data.get("scale"))
     topo = _renamed(topo, data["topology_name"])
-    if data.get("gateway_overrides"):
-        topo = replace(topo, gateways=replace(topo.gateways, **data["gateway_overrides"]))
+    overrides = _gateway_overrides(data)
+    if overrides:
+        topo = replace(topo, gateways=replace(topo.gateways, **overrides))
     return LabState(names, topo, data)
 
 
-def restart_gateways(state: LabState, **overrides: str) -> LabState:
+def _gateway_overrides(data: dict) -> dict:
+    """The gateway settings a benchmark left overridden (restart_gateways). Keys an
+    older gridsplit wrote and this one no longer knows are dropped: they describe
+    gateways that are restarted from the topology anyway."""
+    known = {f.name for f in fields(GatewaySettings)}
+    return {k: v for k, v in (data.get("gateway_overrides") or {}).items() if k in known}
+
+
+def restart_gateways(state: LabState, **overrides: str | bool) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
-    `overrides` are GatewaySettings fields (strategy, congestion). Benchmarks
+    `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning). Benchmarks
     use this to compare strategies and WAN tuning on one unchanged lab, so the
     network under test stays the same between variants.
     """
     sites = state.data.get("gateways") or []
     if not sites:
         raise GridsplitError("this lab has no gateways to restart (topology without gateway = true, or `lab up --no-gateways`)")
-    bad = {k for k in overrides if k not in ("strategy", "congestion")}
+    bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning")}
     if bad:
-        raise GridsplitError(f"cannot override gateway setting(s) {', '.join(sorted(bad))}; only strategy and congestion")
+        raise GridsplitError(f"cannot override gateway setting(s) {', '.join(sorted(bad))}; "
+                             "only strategy, congestion and lan_tuning")
     names = state.names
     with _lock(names):
         pids = state.data.get("pids", {})
         stop_pids([p for k, p in pids.items() if k.startswith("gw-")])
-        merged = {**state.data.get("gateway_overrides", {}), **overrides}
+        merged = {**_gateway_overrides(state.data), **overrides}
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
         new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites)
         data = {**state.data, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},

@@ -442,9 +442,8 @@ enum End {
 /// Relays between the LAN socket and the WAN link until both directions have
 /// finished or the flow is reset. `origin` is what is left to write of the GSo1
 /// header (remote side only), before anything else.
-pub async fn relay(flow: Arc<Flow>, link: Arc<Link>, stream: TcpStream, origin: Option<Bytes>) {
+pub async fn relay(flow: Arc<Flow>, link: Arc<Link>, s: Arc<TcpStream>, origin: Option<Bytes>) {
     tracing::debug!(peer = %link.peer, flow = flow.id, "relay started");
-    let s = Arc::new(stream);
     link.metrics().flows_active.fetch_add(1, Ordering::Relaxed);
     // Two tasks rather than one join!: a joined future polls both directions
     // whenever either is woken, and polling the idle one (its Notify waits) costs

@@ -11,6 +11,7 @@
 //! GSo1 origin header, and relays.
 
 pub mod flow;
+pub mod incast;
 
 use bytes::Bytes;
 use std::net::{IpAddr, SocketAddr};
@@ -169,6 +170,9 @@ async fn serve_node(shared: Arc<Shared>, mut stream: TcpStream, node: SocketAddr
         return;
     }
     shared.metrics.flows_opened.fetch_add(1, Ordering::Relaxed);
+    crate::tune::apply_lan(&stream, &shared.cfg.lan);
+    let stream = Arc::new(stream);
+    let _clamped = shared.lan_windows.register(&stream);
     flow::relay(flow, link, stream, None).await;
 }
 
@@ -263,5 +267,8 @@ pub async fn serve_remote_open(
         status: Status::Ok as u8,
         window,
     });
+    crate::tune::apply_lan(&stream, &shared.cfg.lan);
+    let stream = Arc::new(stream);
+    let _clamped = shared.lan_windows.register(&stream);
     flow::relay(flow, link, stream, rest).await;
 }

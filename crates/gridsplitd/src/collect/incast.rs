@@ -1,0 +1,321 @@
+//! LAN incast control: a receive-window budget shared by every LAN socket.
+//!
+//! The gateway is the receiving end of every flow its nodes send to other sites,
+//! so in a gather all of them converge on one switch output port — the one toward
+//! the gateway — whose drop-tail buffer is small. Left alone, each node's TCP
+//! grows its window until that buffer overflows, and the losses of short-window
+//! flows are often tails that only a timeout (200 ms minimum) recovers: exactly
+//! the stalls splitting was meant to remove. Because the gateway terminates all
+//! of these connections it can prevent the overflow at the receiver, as ICTCP
+//! (Wu et al., CoNEXT 2010) does: it divides `lan_window_budget` (the port's
+//! buffer plus the LAN's bandwidth-delay product) among the open LAN sockets and
+//! clamps each one's advertised window to its share with TCP_WINDOW_CLAMP.
+//!
+//! A share never goes below two segments: under one segment the node's TCP would
+//! stop and wait for a zero-window probe (an RTO away). With more flows than the
+//! budget holds at two segments each, no division fits the port, and measured
+//! on the paper grid (12 senders, 1 MB gathers) two-segment windows did worse
+//! than none: each loss is then a tail loss that only a timeout recovers, while
+//! TCP's own wider windows recover by fast retransmit. So an overcommitted
+//! budget lifts the clamps (to `ceiling`) and leaves those flows to TCP.
+//!
+//! The registry keeps weak references, so a socket that closes (and whose file
+//! descriptor number may be reused at once) is never touched again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use socket2::SockRef;
+use tokio::net::TcpStream;
+
+/// Segments a share never goes below.
+const FLOOR_SEGMENTS: usize = 2;
+/// The MSS assumed when the kernel does not report one.
+const DEFAULT_MSS: usize = 1448;
+/// How often drifted clamps are put back: Linux resets one when the receive
+/// side's overhead ratio changes, which happens in a connection's first round
+/// trips; a few milliseconds is well inside a gather's first burst.
+const TICK: std::time::Duration = std::time::Duration::from_millis(5);
+
+pub struct LanWindows {
+    /// Bytes in flight toward the gateway that its LAN port holds without loss;
+    /// 0 turns incast control off.
+    budget: usize,
+    /// The window of every socket while the budget is overcommitted.
+    ceiling: usize,
+    sockets: Mutex<Registry>,
+    /// The share last applied (bytes), for /status.
+    pub share: AtomicU64,
+    /// Sockets the last share was applied to, for /status.
+    pub sockets_clamped: AtomicU64,
+}
+
+#[derive(Default)]
+struct Registry {
+    next: u64,
+    live: HashMap<u64, Weak<TcpStream>>,
+}
+
+/// Keeps a socket in the budget's division; dropping it gives its share back.
+pub struct Registration {
+    windows: Arc<LanWindows>,
+    id: Option<u64>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            let mut reg = self.windows.sockets.lock().unwrap();
+            reg.live.remove(&id);
+            self.windows.rebalance(&mut reg);
+        }
+    }
+}
+
+impl LanWindows {
+    pub fn new(budget: usize, ceiling: usize) -> Arc<Self> {
+        Arc::new(LanWindows {
+            budget,
+            ceiling: ceiling.max(budget),
+            sockets: Mutex::new(Registry::default()),
+            share: AtomicU64::new(0),
+            sockets_clamped: AtomicU64::new(0),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Adds a relayed LAN socket to the division (every share changes, so every
+    /// socket is re-clamped: flows open and close rarely next to the bytes they
+    /// carry, and a gather's flows all open before its data moves).
+    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>) -> Registration {
+        if !self.enabled() {
+            return Registration {
+                windows: self.clone(),
+                id: None,
+            };
+        }
+        let mut reg = self.sockets.lock().unwrap();
+        let id = reg.next;
+        reg.next += 1;
+        reg.live.insert(id, Arc::downgrade(s));
+        self.rebalance(&mut reg);
+        Registration {
+            windows: self.clone(),
+            id: Some(id),
+        }
+    }
+
+    fn rebalance(&self, reg: &mut Registry) {
+        self.apply(reg, false);
+    }
+
+    /// Re-applies drifted clamps every TICK while the gateway runs (see `clamp`
+    /// for why they drift). Costs one getsockopt per socket per tick when
+    /// nothing drifted.
+    pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
+        if !self.enabled() {
+            return;
+        }
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopping.cancelled() => return,
+            }
+            let mut reg = self.sockets.lock().unwrap();
+            if !reg.live.is_empty() {
+                self.apply(&mut reg, true);
+            }
+        }
+    }
+
+    /// Gives every socket its share: budget / sockets if that is at least two
+    /// segments, else `ceiling` (overcommitted: see the module comment).
+    /// With `drifted_only`, touches only sockets whose clamp is no longer it.
+    fn apply(&self, reg: &mut Registry, drifted_only: bool) {
+        reg.live.retain(|_, w| w.strong_count() > 0);
+        let n = reg.live.len();
+        if n == 0 {
+            self.sockets_clamped.store(0, Ordering::Relaxed);
+            return;
+        }
+        let even = self.budget / n;
+        let mut applied = 0;
+        for s in reg.live.values().filter_map(Weak::upgrade) {
+            let mss = SockRef::from(&*s)
+                .tcp_mss()
+                .ok()
+                .filter(|&m| m > 0)
+                .map_or(DEFAULT_MSS, |m| m as usize);
+            let share = if even >= FLOOR_SEGMENTS * mss {
+                even
+            } else {
+                self.ceiling
+            };
+            if drifted_only && window_clamp(&s).is_ok_and(|w| w == share) {
+                applied += 1;
+                continue;
+            }
+            // A closing socket may refuse; it leaves the division on its own.
+            if clamp(&s, share).is_ok() {
+                applied += 1;
+                self.share.store(share as u64, Ordering::Relaxed);
+            }
+        }
+        self.sockets_clamped.store(applied, Ordering::Relaxed);
+    }
+}
+
+fn window_clamp(s: &TcpStream) -> std::io::Result<usize> {
+    crate::tune::getsockopt_int(s, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP).map(|v| v as usize)
+}
+
+/// Holds a socket's advertised receive window to `share` bytes.
+///
+/// TCP_WINDOW_CLAMP alone does not hold: Linux's receive-buffer autotuning sets
+/// the clamp again from the buffer size it grows to (seen on 6.18: a 5.5 KB clamp
+/// back at 1.2 MB after a few round trips). A fixed SO_RCVBUF stops the
+/// autotuning, and the clamp the kernel then recomputes is the window that
+/// buffer holds (its skb overhead ratio applied), so the buffer is sized for that
+/// window to be `share`: set, read the window it yields, rescale, then clamp.
+fn clamp(s: &TcpStream, share: usize) -> std::io::Result<()> {
+    use crate::tune::setsockopt_raw;
+    let as_int = |v: usize| v.min(i32::MAX as usize / 2) as libc::c_int;
+    // SO_RCVBUFFORCE: rmem_max must not bound a gateway's choice (needs
+    // CAP_NET_ADMIN, which a gateway has); else the plain, capped variant.
+    let set_rcvbuf = |v: usize| {
+        setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, as_int(v))
+            .or_else(|_| setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_RCVBUF, as_int(v)))
+    };
+    set_rcvbuf(share)?;
+    let window = window_clamp(s)?;
+    if window > share {
+        set_rcvbuf(share * share / window.max(1))?;
+    }
+    setsockopt_raw(s, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, as_int(share))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window_clamp(s: &TcpStream) -> usize {
+        super::window_clamp(s).unwrap()
+    }
+
+    async fn pair(l: &tokio::net::TcpListener) -> (Arc<TcpStream>, TcpStream) {
+        let addr = l.local_addr().unwrap();
+        let c = TcpStream::connect(addr).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (Arc::new(s), c)
+    }
+
+    #[tokio::test]
+    async fn shares_follow_the_number_of_open_sockets() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = LanWindows::new(1_200_000, 4 << 20);
+        let (a, _ca) = pair(&l).await;
+        let ra = w.register(&a);
+        assert_eq!(window_clamp(&a), 1_200_000);
+        let (b, _cb) = pair(&l).await;
+        let (c, _cc) = pair(&l).await;
+        let _rb = w.register(&b);
+        let rc = w.register(&c);
+        for s in [&a, &b, &c] {
+            assert_eq!(window_clamp(s), 400_000);
+        }
+        drop(rc);
+        assert_eq!(window_clamp(&a), 600_000);
+        assert_eq!(window_clamp(&b), 600_000);
+        // A socket already gone is left out without being touched.
+        drop(a);
+        let (d, _cd) = pair(&l).await;
+        let _rd = w.register(&d);
+        assert_eq!(window_clamp(&d), 600_000);
+        drop(ra);
+        assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn an_overcommitted_budget_lifts_the_clamps() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = LanWindows::new(8_000, 1 << 20);
+        let mut keep = Vec::new();
+        for _ in 0..4 {
+            let (s, c) = pair(&l).await;
+            keep.push((w.register(&s), s, c));
+        }
+        let s = &keep[0].1;
+        let mss = SockRef::from(&**s).tcp_mss().unwrap() as usize;
+        assert!(
+            8_000 / 4 < 2 * mss,
+            "loopback MSS {mss} makes this test moot"
+        );
+        assert_eq!(window_clamp(s), 1 << 20);
+    }
+
+    /// The clamp must hold while data flows: Linux's receive autotuning resets a
+    /// bare TCP_WINDOW_CLAMP within a few round trips.
+    #[tokio::test]
+    async fn the_window_stays_clamped_under_load() {
+        use tokio::io::AsyncWriteExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = LanWindows::new(300_000, 4 << 20);
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(w.clone().maintain(stop.clone()));
+        let (s, mut c) = pair(&l).await;
+        let _r = w.register(&s);
+        let reader = tokio::spawn({
+            let s = s.clone();
+            async move {
+                let mut buf = vec![0u8; 1 << 16];
+                let mut total = 0;
+                while total < 32 << 20 {
+                    s.readable().await.unwrap();
+                    match s.try_read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => total += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        });
+        let chunk = vec![7u8; 1 << 20];
+        let mut widest = 0;
+        for i in 0..32 {
+            c.write_all(&chunk).await.unwrap();
+            if i == 4 {
+                // Past the first round trips, where Linux resets the clamp once
+                // and the maintainer puts it back within a tick.
+                tokio::time::sleep(4 * TICK).await;
+            } else if i > 4 {
+                widest = widest.max(crate::tune::tcp_info(&c).unwrap().snd_wnd as usize);
+            }
+        }
+        reader.await.unwrap();
+        stop.cancel();
+        // The window scale rounds the advertised window up to its unit.
+        assert!(widest <= 300_000 + 4096, "window reached {widest} bytes");
+    }
+
+    #[tokio::test]
+    async fn off_leaves_sockets_alone() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = LanWindows::new(0, 4 << 20);
+        let (a, _ca) = pair(&l).await;
+        let before = window_clamp(&a);
+        let _r = w.register(&a);
+        assert_eq!(window_clamp(&a), before);
+        assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 0);
+    }
+}
