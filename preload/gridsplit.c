@@ -38,11 +38,14 @@ int gs_accept_timeout_ms = 2000;
  * well before that, so this bound only matters when the gateway hangs. */
 static int gs_handshake_timeout_ms = 130000;
 /* LAN timers for relayed connections, whose every segment stays on the site's
- * LAN: a loss only a timeout recovers costs 8 ms instead of Linux's 200 ms
- * minimum RTO, and a delayed ACK never outlasts that RTO (or it would fire for
- * nothing). 8 ms is two jiffies at HZ=250, the least Linux accepts there. */
-static int gs_lan_rto_min_us = 8000;
-static int gs_lan_delack_max_us = 8000;
+ * LAN: with GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs
+ * 8 ms instead of Linux's 200 ms minimum RTO (GRIDSPLIT_LAN_DELACK_MAX_US keeps
+ * delayed ACKs under it). Off by default: measured on the paper grid with 12-20
+ * senders converging on the gateway, an 8 ms RTO under persistent congestion
+ * fired 4-5x as often and each timeout's go-back-N made the congestion worse
+ * (split gather efficiency 0.76 -> 0.33); see docs/bench.md. */
+static int gs_lan_rto_min_us = 0;
+static int gs_lan_delack_max_us = 0;
 
 /* ------------------------------------------------------------ real symbols */
 

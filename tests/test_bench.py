@@ -37,6 +37,7 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
     rows = read_rows(out)
     meta, points = rows[0], [r for r in rows if r["kind"] == "point"]
     assert meta["kind"] == "meta" and meta["machine"]["cores"] >= 1 and meta["topology"]["name"] == "mini"
+    assert meta["rank_env"]["openmpi"] == {"OMPI_MCA_mpi_yield_when_idle": "1"}
     assert len(points) == 2 * 2 * 2 * 2
     for r in points:
         assert r["verified"] is True, r
@@ -49,7 +50,7 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         assert 0 < r["efficiency"] <= 1
         if r["mode"] == "split":
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
-            assert r["variant"] == {"strategy": "fair", "congestion": "cubic"}
+            assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True}
     # 200 KB from two nodes moves 400 KB per gather across the WAN: in split mode that
     # is the gateways' data, so their CPU was used.
     big = [r for r in points if r["mode"] == "split" and r["size_bytes"] == 200_000 and r["nodes"] == 2]

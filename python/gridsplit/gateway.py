@@ -22,10 +22,6 @@ ADMIN = "127.0.0.1:7300"
 # A switched LAN's base round-trip time, for the LAN bandwidth-delay product in
 # the incast budget. Under-estimating it only makes the budget more cautious.
 LAN_RTT_S = 100e-6
-# LAN timers of relayed connections' LAN legs (µs): two jiffies at HZ=250, the
-# least Linux accepts there; the node library uses the same defaults.
-LAN_RTO_MIN_US = 8000
-LAN_DELACK_MAX_US = 8000
 
 
 def lan_window_budget(topo: Topology, site: str) -> int:
@@ -83,10 +79,10 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         "",
         "[lan]",
         "# The switch port toward this gateway holds window_budget payload bytes (buffer + LAN BDP);",
-        "# LAN sockets' receive windows are clamped to share it. LAN legs use LAN timers. 0 = off/default.",
+        "# LAN sockets' receive windows are clamped to share it; LAN timers (0 = Linux's defaults).",
         f"window_budget = {lan_window_budget(topo, site)}",
-        f"rto_min_us = {LAN_RTO_MIN_US if g.lan_tuning else 0}",
-        f"delack_max_us = {LAN_DELACK_MAX_US if g.lan_tuning else 0}",
+        f"rto_min_us = {g.lan_rto_min_us}",
+        f"delack_max_us = {g.lan_rto_min_us}",
         "",
         "[wan]",
         f'congestion = "{g.congestion}"',

@@ -137,9 +137,11 @@ class GatewaySettings:
     total_buffer: int = 256 * 1048576
     # LAN tuning of relayed connections (docs/architecture.md, "LAN legs"): the
     # gateway clamps its LAN sockets' receive windows so that together they fit
-    # its switch port (incast control), and both ends of every LAN leg use LAN
-    # timers (8 ms minimum RTO, 8 ms delayed-ACK bound) instead of 200 ms / 40 ms.
+    # its switch port (incast control).
     lan_tuning: bool = True
+    # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
+    # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).
+    lan_rto_min_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -351,7 +353,8 @@ SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "n
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways")
-GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning")
+GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
+                "lan_rto_min_us")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -490,6 +493,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         per_flow_buffer=g.integer("per_flow_buffer", 4 * 1048576, lo=65536),
         total_buffer=g.integer("total_buffer", 256 * 1048576, lo=1048576),
         lan_tuning=g.boolean("lan_tuning", True),
+        lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

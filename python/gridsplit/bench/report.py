@@ -220,7 +220,7 @@ def fig_strategies(summary: list[dict], outdir: Path) -> list[str]:
         ax.set_xticks([k + 0.4 - w / 2 for k in range(len(pts))], [f"{n}×{fmt_size(m)}" for n, m in pts],
                       rotation=60, fontsize=7)
         ax.set_ylabel("split / direct time")
-        ax.set_title(f"{op}, {impl}: gateway strategies and WAN congestion control")
+        ax.set_title(f"{op}, {impl}: gateway variants (strategy, WAN congestion control, LAN tuning)")
         ax.legend(fontsize=7)
         fig.tight_layout()
         out.append(_png(fig, outdir, f"strategies-{op}-{impl}.png"))

@@ -40,7 +40,7 @@ from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
 from ..lab import realize
-from ..lab.mpi import IMPLS, TIMED_OUT, mpirun, split_env
+from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
 from ..lab.sh import list_netns
 from ..lab.tcptrace import Trace
@@ -246,7 +246,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     prog = [sysdeps.mpi_program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    env = split_env(state) if p.mode == "split" else None
+    env = {**RANK_ENV.get(p.impl, {}), **(split_env(state) if p.mode == "split" else {})}
     gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
 
     for attempt in (1, 2):
@@ -412,7 +412,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                     "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
-                    "check": check},
+                    "check": check}, "rank_env": RANK_ENV,
                 "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
             }) + "\n")
             f.flush()

@@ -62,9 +62,9 @@ def split_env(state: LabState) -> dict[str, str]:
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
     env = {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
            "GRIDSPLIT_CONFIG": str(state.names.state_dir / "sites.toml")}
-    if not state.topo.gateways.lan_tuning:
-        # The library's LAN timers are on by default; the gateways' are off.
-        env |= {"GRIDSPLIT_LAN_RTO_MIN_US": "0", "GRIDSPLIT_LAN_DELACK_MAX_US": "0"}
+    if state.topo.gateways.lan_rto_min_us:
+        us = str(state.topo.gateways.lan_rto_min_us)
+        env |= {"GRIDSPLIT_LAN_RTO_MIN_US": us, "GRIDSPLIT_LAN_DELACK_MAX_US": us}
     return env
 
 
@@ -97,6 +97,14 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
         raise GridsplitError(f"--impl {impl!r}: choose one of {', '.join(IMPLS)}")
     return [rsh, "--exec", hosts[0].name, *argv], full_env
 
+
+# Per-library settings for the ranks of measurements (bench, model). On this
+# 2-vCPU machine every Open MPI rank busy-polls unless told to yield, and a rank
+# waiting for a message takes the CPU its peer, the gateways and the delay line
+# need: measured in the lab (paper, LAN pair, 1-byte ping-pong), median half
+# round trip 1.39 ms without yielding, 12.7 us with it. MPICH's UCX has no
+# equivalent setting; its runs keep polling (the result files record this).
+RANK_ENV = {"openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}, "mpich": {}}
 
 TIMED_OUT = -9  # returncode of a job stopped at its timeout when keep_partial is set
 

@@ -1,12 +1,9 @@
 """Running the model's MPI programs (plogp, collalgo) in the lab and reading their JSON lines.
 
-Open MPI is the default library here, run with mpi_yield_when_idle=1: on this
-2-vCPU machine every rank busy-polls otherwise, and a rank waiting for a
-message takes the CPU its peer needs to send it. Measured in the lab (paper,
-LAN pair, 1-byte ping-pong): median half round trip 1.39 ms without yielding,
-12.7 us with it. The model parameters and the collectives they predict must be
-measured with the same setting, so every run of this module uses it and the
-result files record it.
+Open MPI is the default library here, run with mpi_yield_when_idle=1
+(lab.mpi.RANK_ENV says why). The model parameters and the collectives they
+predict must be measured with the same setting, so every run of this module
+uses it and the result files record it.
 """
 
 from __future__ import annotations
@@ -18,12 +15,10 @@ from typing import Any
 
 from .. import sysdeps
 from ..errors import GridsplitError
-from ..lab.mpi import mpirun, split_env
+from ..lab.mpi import RANK_ENV, mpirun, split_env
 from ..lab.realize import LabState
 from ..topology import Host
 
-# Per-library settings passed to the ranks (see the module docstring).
-RANK_ENV = {"openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}, "mpich": {}}
 
 
 @dataclass(frozen=True)
