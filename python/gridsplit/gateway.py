@@ -24,6 +24,17 @@ ADMIN = "127.0.0.1:7300"
 LAN_RTT_S = 100e-6
 
 
+def pacing_bps(path_mbps: float) -> int:
+    """A sender pacing rate (IP bytes, what Linux paces) that keeps a path of
+    `path_mbps` on the wire (Ethernet framing: 1514 bytes carry 1500) just
+    under full: bursts then never pile up in a downstream buffer."""
+    return int(path_mbps * 1e6 * 1500 / 1514 * 0.995)
+
+
+def gateway_host(topo: Topology, site: str):
+    return next(h for h in topo.hosts() if h.role == "gateway" and h.site == site)
+
+
 def lan_window_budget(topo: Topology, site: str) -> int:
     """Payload bytes the switch port toward the gateway holds in flight without
     loss: its drop-tail buffer plus the LAN's bandwidth-delay product, counted in
@@ -83,6 +94,8 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         f"window_budget = {lan_window_budget(topo, site)}",
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_rto_min_us}",
+        # rate_bps (pacing LAN writes) stays off: measured slower on the paper
+        # grid (docs/architecture.md, "LAN legs").
         "",
         "[wan]",
         f'congestion = "{g.congestion}"',
@@ -99,11 +112,15 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
                          f"path's rate")
         elif measured is not None:
             lines.append(f"# {peer}: not in {measured_from or 'the netcheck report'}; topology figures")
-        fig = m or {"bandwidth_bps": int(w.rate_mbps * 1e6), "rtt_ms": w.rtt_ms}
-        lines += ["[[link]]", f'peer = "{peer}"', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}"]
+        # The link's path runs from this gateway's NIC through the WAN to the
+        # peer gateway's NIC: the slowest of them is its rate, and pacing just
+        # under it keeps the sender's NIC bursts out of the far switch's buffer.
+        path = topo.bottleneck_mbps(gateway_host(topo, site), gateway_host(topo, peer))
+        fig = m or {"bandwidth_bps": int(path * 1e6), "rtt_ms": w.rtt_ms, "pacing_bps": pacing_bps(path)}
+        lines += ["[[link]]", f'peer = "{peer}"', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}",
+                  f"pacing_bps = {fig['pacing_bps']}"]
         if m is not None:
-            lines += [f"socket_buffer = {m['socket_buffer']}", f"pacing_bps = {m['pacing_bps']}",
-                      f'congestion = "{m["congestion"]}"']
+            lines += [f"socket_buffer = {m['socket_buffer']}", f'congestion = "{m["congestion"]}"']
         lines.append("")
     return "\n".join(lines) + "\n" + sites_toml(topo)
 

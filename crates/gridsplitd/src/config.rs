@@ -190,6 +190,9 @@ pub struct LanParams {
     /// TCP_DELACK_MAX_US on LAN sockets, so a delayed ACK never outlasts that
     /// minimum RTO (which would make the RTO fire for nothing); 0 = default.
     pub delack_max_us: u32,
+    /// The LAN hosts' port rate (bits/s of IP bytes): LAN sockets are paced at
+    /// it (collect/incast.rs); 0 = no pacing.
+    pub rate_bps: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -327,6 +330,8 @@ struct RawLan {
     rto_min_us: u64,
     #[serde(default)]
     delack_max_us: u64,
+    #[serde(default)]
+    rate_bps: u64,
 }
 
 fn default_per_flow() -> u64 {
@@ -691,6 +696,7 @@ fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
         window_budget: l.window_budget as usize,
         rto_min_us: l.rto_min_us as u32,
         delack_max_us: l.delack_max_us as u32,
+        rate_bps: l.rate_bps,
     })
 }
 

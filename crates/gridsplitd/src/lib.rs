@@ -118,8 +118,10 @@ impl Gateway {
         let (lan_addr, wan_addr, admin_addr) =
             (lan.local_addr()?, wan.local_addr()?, admin.local_addr()?);
 
+        // Lifted clamps give what autotuning would have grown to.
+        let ceiling = tune::autotune_max_rcvbuf().unwrap_or(cfg.limits.per_flow_buffer);
         let lan_windows =
-            collect::incast::LanWindows::new(cfg.lan.window_budget, cfg.limits.per_flow_buffer);
+            collect::incast::LanWindows::new(cfg.lan.window_budget, ceiling, cfg.lan.rate_bps);
         let shared = Arc::new(Shared {
             cfg,
             metrics: Metrics::default(),

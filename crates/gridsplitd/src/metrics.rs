@@ -135,6 +135,7 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
             "window_budget": shared.cfg.lan.window_budget,
             "rto_min_us": shared.cfg.lan.rto_min_us,
             "delack_max_us": shared.cfg.lan.delack_max_us,
+            "rate_bps": shared.cfg.lan.rate_bps,
             "window_clamp": shared.lan_windows.share.load(Ordering::Relaxed),
             "sockets_clamped": shared.lan_windows.sockets_clamped.load(Ordering::Relaxed),
         },

@@ -86,6 +86,13 @@ fn getsockopt_u64(fd: &impl AsFd, level: i32, name: i32) -> io::Result<u64> {
     Ok(if len == 4 { v & 0xffff_ffff } else { v })
 }
 
+/// The most Linux's receive autotuning grows a socket's buffer to here
+/// (tcp_rmem's maximum, per network namespace).
+pub fn autotune_max_rcvbuf() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").ok()?;
+    text.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// TCP_RTO_MIN_US and TCP_DELACK_MAX_US (Linux 6.15); the libc crate does not
 /// name them yet.
 const TCP_RTO_MIN_US: i32 = 45;

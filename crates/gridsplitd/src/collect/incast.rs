@@ -19,6 +19,14 @@
 //! TCP's own wider windows recover by fast retransmit. So an overcommitted
 //! budget lifts the clamps (to `ceiling`) and leaves those flows to TCP.
 //!
+//! The other direction has a milder form of the problem: what the gateway writes
+//! to a LAN host leaves its NIC in bursts that pile up in the host's switch port.
+//! With `rate_bps` (the hosts' port rate) each LAN socket is paced at that rate
+//! (SO_MAX_PACING_RATE, which Linux TCP honours without the fq qdisc). It is not
+//! divided among the sockets to one host: a gather's flows end at different
+//! times, and a static division left the last ones crawling at a fraction of the
+//! port (paper grid, 12 senders, 1 MB: split efficiency 0.93 -> 0.64).
+//!
 //! The registry keeps weak references, so a socket that closes (and whose file
 //! descriptor number may be reused at once) is never touched again.
 
@@ -44,6 +52,8 @@ pub struct LanWindows {
     budget: usize,
     /// The window of every socket while the budget is overcommitted.
     ceiling: usize,
+    /// A LAN host's port rate (bits/s, as Linux paces: IP bytes); 0 = no pacing.
+    rate_bps: u64,
     sockets: Mutex<Registry>,
     /// The share last applied (bytes), for /status.
     pub share: AtomicU64,
@@ -74,10 +84,11 @@ impl Drop for Registration {
 }
 
 impl LanWindows {
-    pub fn new(budget: usize, ceiling: usize) -> Arc<Self> {
+    pub fn new(budget: usize, ceiling: usize, rate_bps: u64) -> Arc<Self> {
         Arc::new(LanWindows {
             budget,
             ceiling: ceiling.max(budget),
+            rate_bps,
             sockets: Mutex::new(Registry::default()),
             share: AtomicU64::new(0),
             sockets_clamped: AtomicU64::new(0),
@@ -85,7 +96,7 @@ impl LanWindows {
     }
 
     pub fn enabled(&self) -> bool {
-        self.budget > 0
+        self.budget > 0 || self.rate_bps > 0
     }
 
     pub fn budget(&self) -> usize {
@@ -121,7 +132,7 @@ impl LanWindows {
     /// for why they drift). Costs one getsockopt per socket per tick when
     /// nothing drifted.
     pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
-        if !self.enabled() {
+        if self.budget == 0 {
             return;
         }
         let mut tick = tokio::time::interval(TICK);
@@ -150,7 +161,14 @@ impl LanWindows {
         }
         let even = self.budget / n;
         let mut applied = 0;
-        for s in reg.live.values().filter_map(Weak::upgrade) {
+        let live: Vec<_> = reg.live.values().filter_map(Weak::upgrade).collect();
+        if self.rate_bps > 0 && !drifted_only {
+            self.pace(&live);
+        }
+        if self.budget == 0 {
+            return;
+        }
+        for s in live {
             let mss = SockRef::from(&*s)
                 .tcp_mss()
                 .ok()
@@ -172,6 +190,21 @@ impl LanWindows {
             }
         }
         self.sockets_clamped.store(applied, Ordering::Relaxed);
+    }
+}
+
+impl LanWindows {
+    /// Paces every socket at its host's port rate.
+    fn pace(&self, live: &[Arc<TcpStream>]) {
+        for s in live {
+            // Best effort, as for the clamp: a closing socket may refuse.
+            let _ = crate::tune::setsockopt_raw(
+                &**s,
+                libc::SOL_SOCKET,
+                libc::SO_MAX_PACING_RATE,
+                self.rate_bps / 8,
+            );
+        }
     }
 }
 
@@ -222,7 +255,7 @@ mod tests {
     #[tokio::test]
     async fn shares_follow_the_number_of_open_sockets() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(1_200_000, 4 << 20);
+        let w = LanWindows::new(1_200_000, 4 << 20, 0);
         let (a, _ca) = pair(&l).await;
         let ra = w.register(&a);
         assert_eq!(window_clamp(&a), 1_200_000);
@@ -248,7 +281,7 @@ mod tests {
     #[tokio::test]
     async fn an_overcommitted_budget_lifts_the_clamps() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(8_000, 1 << 20);
+        let w = LanWindows::new(8_000, 1 << 20, 0);
         let mut keep = Vec::new();
         for _ in 0..4 {
             let (s, c) = pair(&l).await;
@@ -269,7 +302,7 @@ mod tests {
     async fn the_window_stays_clamped_under_load() {
         use tokio::io::AsyncWriteExt;
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(300_000, 4 << 20);
+        let w = LanWindows::new(300_000, 4 << 20, 0);
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(w.clone().maintain(stop.clone()));
         let (s, mut c) = pair(&l).await;
@@ -309,9 +342,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn sockets_are_paced_at_the_port_rate() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = LanWindows::new(0, 4 << 20, 300_000_000);
+        let pacing = |s: &TcpStream| {
+            crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap()
+                as u32
+        };
+        let (a, _ca) = pair(&l).await;
+        let _ra = w.register(&a);
+        assert_eq!(pacing(&a), 300_000_000 / 8);
+        let (b, _cb) = pair(&l).await;
+        let (c, _cc) = pair(&l).await;
+        let rb = w.register(&b);
+        let _rc = w.register(&c);
+        for s in [&a, &b, &c] {
+            assert_eq!(pacing(s), 300_000_000 / 8);
+        }
+        drop(rb);
+        // Pacing alone leaves the windows to TCP.
+        assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
     async fn off_leaves_sockets_alone() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(0, 4 << 20);
+        let w = LanWindows::new(0, 4 << 20, 0);
         let (a, _ca) = pair(&l).await;
         let before = window_clamp(&a);
         let _r = w.register(&a);
