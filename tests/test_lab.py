@@ -109,7 +109,9 @@ def test_host_sysctls_are_per_site_and_host_untouched(lab):
 
 def test_down_leaves_nothing_even_after_a_crash():
     needs_root()
-    prefix = "gsd"
+    # Its own lab, named after the suite's prefix so that no other lab (a
+    # helper's, a user's) can share it.
+    prefix = PREFIX + "c"
     env = {**os.environ, "GRIDSPLIT_LAB_PREFIX": prefix}
     run = lambda *a: subprocess.run(["gridsplit", *a], env=env, text=True, capture_output=True)
     assert run("lab", "up", "--topology", "mini").returncode == 0
