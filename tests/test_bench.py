@@ -8,6 +8,7 @@ put the retransmissions where the drops were.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -159,6 +160,22 @@ def test_report_renders_from_recorded_file(tmp_path):
     assert any(p.startswith("cpu-") for p in pngs)
     assert html.count("data:image/png;base64,") == len(pngs)
     assert str(tmp_path / "rep" / "index.html") in cp.stdout
+
+
+def test_report_lists_runs_that_failed(tmp_path):
+    """A failure row without a later result is said in the report; one made good by a resume is not."""
+    src = (DATA / "paper-n4-openmpi.jsonl").read_text()
+    point = next(json.loads(l) for l in src.splitlines() if '"kind": "point"' in l)
+    fail = {"kind": "failure", "schema": point["schema"], "op": "gather", "mode": "split",
+            "variant": point.get("variant"), "impl": "mpich", "nodes": 20, "size_bytes": 1000, "repeat": 0,
+            "error": "MPI job failed twice (timed out)"}
+    healed = {**fail, "impl": point["impl"], "nodes": point["nodes"], "size_bytes": point["size_bytes"],
+              "repeat": point["repeat"], "mode": point["mode"], "variant": point.get("variant")}
+    f = tmp_path / "sweep.jsonl"
+    f.write_text(src + json.dumps(fail) + "\n" + json.dumps(healed) + "\n")
+    gridsplit("report", str(f), "--out", str(tmp_path / "rep"))
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "1 run(s) failed" in page and "mpich split n=20 1K #0" in page
 
 
 @pytest.mark.parametrize("content,msg", [

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from ..errors import GridsplitError
-from .sweep import median_of, read_rows, summarize, variant_tag
+from .sweep import median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
 # Seed 000 Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
@@ -38,17 +38,20 @@ SEED_TIMEOUTS = {
 }
 
 
-def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
-    metas, points = [], []
+def _load(paths: list[Path]) -> tuple[list[dict], list[dict], list[dict]]:
+    """Meta rows, measured points, and failures that no later run of the same point made good."""
+    metas, rows = [], []
     for p in paths:
         if not p.exists():
             raise GridsplitError(f"{p}: no such result file (write one with `gridsplit bench gather --out {p}`)")
         for r in read_rows(p):
-            (metas if r.get("kind") == "meta" else points).append(r)
-    points = [r for r in points if r.get("kind") == "point"]
+            (metas if r.get("kind") == "meta" else rows).append(r)
+    points = [r for r in rows if r.get("kind") == "point"]
     if not points:
         raise GridsplitError(f"{', '.join(map(str, paths))}: no measured points in the file(s) yet")
-    return metas, points
+    measured = {row_key(r) for r in points}
+    failures = [r for r in rows if r.get("kind") == "failure" and row_key(r) not in measured]
+    return metas, points, failures
 
 
 def _variant(r: dict) -> str:
@@ -340,7 +343,7 @@ def _cpu_points(points: list[dict], split_var: str) -> list[dict]:
 def build_report(paths: list[Path], outdir: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
-    metas, points = _load(paths)
+    metas, points, failures = _load(paths)
     outdir.mkdir(parents=True, exist_ok=True)
     summary = summarize(points)
     tgt_html, _ = targets(summary, points)
@@ -373,6 +376,11 @@ def build_report(paths: list[Path], outdir: Path) -> Path:
     if hangs:
         notes.append(f"{hangs} run(s) hit MPICH 4.0.2's MPI_Finalize hang (pmodels/mpich#6596) after printing "
                      "their results; the results were kept.")
+    if failures:
+        shown = "; ".join(html.escape(f"{r['impl']} {r['mode']} n={r['nodes']} {fmt_size(r['size_bytes'])} #{r['repeat']}")
+                          for r in failures[:8])
+        notes.append(f"<b>{len(failures)} run(s) failed</b> and have no result ({shown}{' …' if len(failures) > 8 else ''}); "
+                     "their errors are in the result file's failure rows.")
     other = sorted({o for m in metas for o in m.get("other_labs", [])})
     if other:
         notes.append(f"Other labs were up during the sweep (namespace prefixes: {', '.join(map(html.escape, other))}); "

@@ -232,6 +232,10 @@ def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, fl
 
 # -- running one point -------------------------------------------------------------
 
+class MpiJobFailed(GridsplitError):
+    """An MPI job of a point failed twice."""
+
+
 def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_requested: int, budget: float,
               check: bool) -> dict[str, Any]:
     topo = state.topo
@@ -268,7 +272,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         why = "timed out" if cp.returncode == TIMED_OUT else f"exit {cp.returncode}"
         tail = (cp.stderr or "").strip().splitlines()[-3:]
         if attempt == 2:
-            raise GridsplitError(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: MPI job failed twice "
+            raise MpiJobFailed(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: MPI job failed twice "
                                  f"({why}): {' | '.join(tail) or 'no output'}")
     deltas = {name: C.delta(before[state.ns(h)], after[state.ns(h)]) for name, h in watched.items()}
     if res.get("verified") is False:
@@ -446,7 +450,21 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
                 variant = (p.strategy, p.congestion, p.lan)
             bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
-            row = run_point(state, trace, p, reps, budget, check)
+            try:
+                row = run_point(state, trace, p, reps, budget, check)
+            except MpiJobFailed as e:
+                # One job that keeps failing (MPICH's launcher at 20 ranks on this
+                # machine) must not cost the rest of a long sweep: the failure is
+                # recorded, said, and retried when the sweep is resumed.
+                f.write(json.dumps({"kind": "failure", "schema": SCHEMA, "op": p.op, "mode": p.mode,
+                                    "variant": {"strategy": p.strategy, "congestion": p.congestion,
+                                                "lan_tuning": p.lan} if p.mode == "split" else None,
+                                    "impl": p.impl, "nodes": p.nodes, "size_bytes": p.size, "repeat": p.repeat,
+                                    "error": str(e), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+                f.flush()
+                bar.console.print(f"[red]failed:[/red] {e} (recorded; resuming the sweep retries it)")
+                bar.advance(task)
+                continue
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
