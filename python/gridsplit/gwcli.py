@@ -77,6 +77,12 @@ def render_status(st: dict, name: str) -> None:
               f"{c.get('flows_opened', 0)} opened, {c.get('flows_reset', 0)} reset; relayed out "
               f"{c.get('relayed_bytes_out', 0)} B, in {c.get('relayed_bytes_in', 0)} B; auth failures "
               f"{c.get('auth_failures', 0)}, WAN protocol errors {c.get('wan_protocol_errors', 0)}")
+    lan = st.get("lan") or {}
+    if lan.get("window_budget"):
+        out.print(f"LAN incast control: budget {lan['window_budget']} B over {lan.get('sockets_clamped', 0)} sockets, "
+                  f"window clamp {lan.get('window_clamp', 0)} B"
+                  + (f"; LAN sockets paced at {lan['rate_bps'] / 1e6:.1f} Mb/s" if lan.get("rate_bps") else "")
+                  + (f"; LAN minimum RTO {lan['rto_min_us']} µs" if lan.get("rto_min_us") else ""))
     t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "chunks aggregated", "cwnd", "RTT",
               "retrans", "RTO timeouts", "sndbuf/rcvbuf", "CC", title="WAN links")
     for link in st.get("links", []):
