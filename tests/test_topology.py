@@ -90,6 +90,8 @@ BAD = [
     (GOOD.replace('nodes = 1', 'nodes = 5\nmax_nodes = 2', 1), "site[0].nodes: 5 exceeds max_nodes = 2"),
     ('[[wan]]\nsites=["a","b"]\nrtt_ms=1\n', "at least one [[site]] table is required"),
     (GOOD.replace('nodes = 1\n[[site]]', 'nodes = 1\n[site.tcp]\ncongestion = "bic"\n[[site]]', 1), "site[0].tcp.congestion: must be one of cubic, reno, bbr"),
+    (GOOD + '[gateways]\nlan_tuning = "yes"\n', "gateways.lan_tuning: must be true or false"),
+    (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
 ]
 
 
