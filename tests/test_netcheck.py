@@ -35,6 +35,8 @@ def recorded(name: str) -> tuple[dict, dict]:
 def judge(name: str, **override) -> tuple[dict, dict, dict]:
     raw, ctx = recorded(name)
     flow = D.summarize_iperf(raw)
+    if "emulator" in override:
+        flow["emulator"] = override.pop("emulator")
     src, dst = ctx["src_facts"], ctx["dst_facts"]
     if ctx["phase"] != "untuned" and ctx.get("tuned_buffer_bytes"):
         # As measure.finish_cell does: the tuned flows ran with raised maxima.
@@ -121,6 +123,15 @@ def test_emulator_falling_behind_is_blamed_not_the_path():
     n = ctx["tuned_buffer_bytes"]
     v = D.diagnose(flow, rtt=ctx["rtt"], capacity_mbps=10000, max_goodput_mbps=9564,
                    src={"net.ipv4.tcp_wmem": [4096, 16384, n]}, dst={"net.ipv4.tcp_rmem": [4096, 131072, n]})
+    assert v["verdict"] == "host-limited" and "delay line" in v["why"], v["why"]
+
+
+def test_a_good_figure_from_a_late_emulator_is_not_ok():
+    # The recorded OK flow (~90 Mb/s on its 100 Mb/s path), had the delay line
+    # fallen behind meanwhile: the figure does not describe the emulated path.
+    v, _, _ = judge("ok_tuned.json")
+    assert v["verdict"] == "ok", v["why"]
+    v, _, _ = judge("ok_tuned.json", emulator={"ok": False, "late_fraction": 0.4, "worst_late_us": 9000})
     assert v["verdict"] == "host-limited" and "delay line" in v["why"], v["why"]
 
 

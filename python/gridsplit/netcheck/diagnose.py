@@ -195,7 +195,16 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
         return {"verdict": v, "fraction": round(frac, 4), "why": why, "evidence": ev, "notes": notes}
 
     pct = f"{g:.1f} Mb/s, {frac:.0%} of the {max_goodput_mbps:.0f} Mb/s the path allows"
+    emu = flow.get("emulator") or {}
     if frac >= ok:
+        if emu and not emu.get("ok", True):
+            # Even a good figure from an emulator that fell behind is not a
+            # measurement of the emulated path (lateness, not loss or rate, is
+            # what the delay line failed on), so it cannot pass as "ok".
+            return verdict("host-limited", (
+                f"{pct}, but measured while the lab's WAN delay line fell behind its schedule "
+                f"({emu.get('late_fraction', 0):.1%} of frames > 200 µs late): host-limited, by the lab's own "
+                f"machine. Rerun on a quieter machine, or at a lower --scale rate."))
         return verdict("ok", f"{pct}")
 
     # The window a flow may keep in flight: what the receiver advertised when
@@ -231,7 +240,6 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
             f"for bookkeeping){_rwnd_text(flow, in_flight) if window == buf['bytes'] else ''}, while the path's "
             f"bandwidth-delay product is {_fmt_bytes(bdp)}, {bdp / window:.1f}x that window.{also} "
             f"Raise the buffer maxima to at least the BDP (advice below)."))
-    emu = flow.get("emulator") or {}
     # A lab whose delay line fell behind measured its machine: RTT, loss and
     # rate all inherit the stall, so nothing below may be blamed on the path.
     # (A window limit above stands: the flow kept its window in flight.)
