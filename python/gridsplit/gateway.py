@@ -38,13 +38,15 @@ def gateway_host(topo: Topology, site: str):
 def lan_window_budget(topo: Topology, site: str) -> int:
     """Payload bytes the switch port toward the gateway holds in flight without
     loss: its drop-tail buffer plus the LAN's bandwidth-delay product, counted in
-    wire bytes (1448 of every 1514 are payload), less two frames for the ACKs
-    and probes that share the port. 0 when LAN tuning is off."""
+    wire bytes (1448 of every 1514 are payload), less one frame for the ACKs
+    and probes that share the port (66-byte frames; two full frames of slack
+    had pushed 8 senders, at two segments each, just over the budget). 0 when
+    LAN tuning is off."""
     if not topo.gateways.lan_tuning:
         return 0
     s = topo.site(site)
     wire = s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
-    return max(int(wire * 1448 / 1514) - 2 * 1514, 4096)
+    return max(int(wire * 1448 / 1514) - 1514, 4096)
 
 
 def sites_toml(topo: Topology) -> str:
