@@ -136,8 +136,13 @@ done
 # The study's traffic is TCP: make sure MPICH's UCX TCP path works too.
 mapfile -t L < <(launcher mpich)
 log="$OUT/mpich-tcp"
-if UCX_TLS=tcp,self $T "${L[@]}" "$BUILD/mpich/gather" -s $SIZES -r $REPS -w $WARMUP --check \
-    >"$log.out" 2>"$log.err" && check_json "$log.out" mpich gather true $NSIZES 2>"$log.py"; then
+# MPICH 4.0.2 can hang in MPI_Finalize (pmodels/mpich#6596, see README), which
+# the timeout turns into a silent failure: one retry, as tests/conftest.py does.
+mpich_tcp() {
+    UCX_TLS=tcp,self $T "${L[@]}" "$BUILD/mpich/gather" -s $SIZES -r $REPS -w $WARMUP --check \
+        >"$log.out" 2>"$log.err" && check_json "$log.out" mpich gather true $NSIZES 2>"$log.py"
+}
+if mpich_tcp || { echo "      (retrying once: MPICH finalize hang?)"; mpich_tcp; }; then
     ok "mpich gather over UCX_TLS=tcp,self"
 else
     ko "mpich gather over UCX_TLS=tcp,self" "$log.err"
