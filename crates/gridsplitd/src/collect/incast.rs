@@ -7,7 +7,7 @@
 //! flows are often tails that only a timeout (200 ms minimum) recovers: exactly
 //! the stalls splitting was meant to remove. Because the gateway terminates all
 //! of these connections it can prevent the overflow at the receiver, as ICTCP
-//! (Wu et al., CoNEXT 2010) does: it divides `lan_window_budget` (the port's
+//! (Wu et al., CoNEXT 2010) does: it divides `[lan] window_budget` (the port's
 //! buffer plus the LAN's bandwidth-delay product) among the open LAN sockets and
 //! clamps each one's advertised window to its share with TCP_WINDOW_CLAMP.
 //!
@@ -97,10 +97,6 @@ impl LanWindows {
 
     pub fn enabled(&self) -> bool {
         self.budget > 0 || self.rate_bps > 0
-    }
-
-    pub fn budget(&self) -> usize {
-        self.budget
     }
 
     /// Adds a relayed LAN socket to the division (every share changes, so every
