@@ -380,6 +380,13 @@ int main(int argc, char **argv)
         double rtt_start = pts[0].rtt.med;
         if (rtt_end.med < pts[0].rtt.med)
             pts[0].rtt = rtt_end;
+        /* g(0) is subtracted from RTT(0)/2, so a busy spell during its
+         * stream inflates it and deflates L (a CI run saw L = 3.9 ms on a
+         * 5 ms path): it gets the same second chance. */
+        g_rtt0 = pts[0].rtt.med;
+        est_t g0_end = sample(CMD_GAP, 0, pts[0].g.stream, 0, max_reps);
+        if (g0_end.med < pts[0].g.med)
+            pts[0].g = g0_end;
         cmd_t done = {.kind = CMD_DONE};
         MPI_Send(&done, (int)sizeof done, MPI_BYTE, 1, TAG_CMD, MPI_COMM_WORLD);
 
