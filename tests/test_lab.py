@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -105,6 +106,24 @@ def test_host_sysctls_are_per_site_and_host_untouched(lab):
     assert Path("/proc/sys/net/ipv4/tcp_rmem").read_text() == host_before
     route = subprocess.run(["ip", "-n", f"{PREFIX}-east-1", "route"], text=True, capture_output=True).stdout
     assert "congctl cubic" in route and "default" not in route
+
+
+def test_nic_is_capped_at_line_rate_and_passes_full_frames(lab):
+    """The NIC's deep bucket must not let bursts out above line rate, and its one-frame
+    peak bucket must still pass a full 1514-byte frame (tc rounds the bucket down: at
+    `mtu 1514` every full-size frame was dropped and TCP could not connect)."""
+    # Text, not `tc -j`: iproute2's JSON leaves the peak rate out (it shows only minburst).
+    q = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-east-1", "tc", "qdisc", "show", "dev", "eth0"],
+                       text=True, capture_output=True, check=True).stdout
+    unit = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+    rates = {k: float(v) * unit[u] for k, v, u in re.findall(r"\b(rate|peakrate) ([\d.]+)([KMG]?)bit", q)}
+    assert "tbf" in q and "peakrate" in rates, f"NIC tbf has no peak rate: {q}"
+    assert 1.0 < rates["peakrate"] / rates["rate"] <= 1.15
+    dst = subprocess.run(["ip", "-n", f"{PREFIX}-east-2", "-4", "-o", "addr", "show", "eth0"], text=True,
+                                capture_output=True, check=True).stdout.split()[3].split("/")[0]
+    ping = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-east-1", "ping", "-c", "3", "-i", "0.2", "-W", "1",
+                           "-M", "do", "-s", "1472", dst], text=True, capture_output=True)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
 
 
 def test_down_leaves_nothing_even_after_a_crash():

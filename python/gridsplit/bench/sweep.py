@@ -412,7 +412,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
         with out.open("a") as f:
             f.write(json.dumps({
                 "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
-                "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms")},
+                "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak")},
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                     "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
