@@ -23,6 +23,15 @@ _ports = itertools.count(15201)
 BUF_KEYS = ("net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
 
 
+def receiver_intervals_mbps(raw: dict[str, Any]) -> list[float]:
+    """Per-second goodput from the server's report (iperf3 -J --get-server-output):
+    what crossed the path each second, not what the sender managed to queue.
+    Omitted warm-up intervals and the short tail interval are left out."""
+    server = raw.get("server_output_json") or {}
+    return [i["sum"]["bits_per_second"] / 1e6 for i in server.get("intervals", [])
+            if not i["sum"].get("omitted") and i["sum"].get("seconds", 0) > 0.5]
+
+
 def _port() -> int:
     return 15201 + (next(_ports) - 15201) % 2000
 
@@ -106,14 +115,9 @@ def tcp(state: LabState, src: Host, dst: Host, seconds: float = 4.0, tuned: bool
     if "error" in data and "end" not in data:
         return {"error": data["error"]}
     end = data["end"]
-    # Receiver-side intervals (the server's report): what crossed the path each
-    # second, not what the sender managed to queue.
-    server = data.get("server_output_json") or {}
-    per_second = [i["sum"]["bits_per_second"] / 1e6 for i in server.get("intervals", [])
-                  if not i["sum"].get("omitted") and i["sum"].get("seconds", 0) > 0.5]
     return {
         "goodput_mbps": end["sum_received"]["bits_per_second"] / 1e6,
-        "interval_mbps": per_second,
+        "interval_mbps": receiver_intervals_mbps(data),
         "sent_mbps": end["sum_sent"]["bits_per_second"] / 1e6,
         "retransmits": end["sum_sent"].get("retransmits", 0),
         "mss": data["start"].get("tcp_mss_default") or 1448,

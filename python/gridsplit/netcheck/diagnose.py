@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..lab.iperf import receiver_intervals_mbps
+
 MATHIS_C = math.sqrt(1.5)
 CPU_BOUND_PERCENT = 90.0          # an iperf3 process (one thread) this busy is the bottleneck
 BACKLOG_PACKET_BYTES = 1500       # seed 001 §3's average packet
@@ -59,9 +61,7 @@ def summarize_iperf(raw: dict[str, Any]) -> dict[str, Any]:
     per_stream = [s["receiver"]["bits_per_second"] / 1e6 for s in end.get("streams", []) if "receiver" in s]
     segments = sent.get("bytes", 0) / mss
     retrans = sent.get("retransmits", 0) or 0
-    server = raw.get("server_output_json") or {}
-    intervals = sorted(i["sum"]["bits_per_second"] / 1e6 for i in server.get("intervals", [])
-                       if not i["sum"].get("omitted") and i["sum"].get("seconds", 0) > 0.5)
+    intervals = sorted(receiver_intervals_mbps(raw))
     cpu = end.get("cpu_utilization_percent", {})
     rtts = [s.get("mean_rtt") for s in senders if s.get("mean_rtt")]
     test = start.get("test_start", {})
