@@ -125,6 +125,11 @@ def test_two_level_grid_formulas():
     assert up == pytest.approx(max(3 * 130 + 5000, 2 * 130 + 130 + 5000) * US)
     two = grid.predict("gather_two_level", lan, wan, 4, 1000)
     assert two.seconds == pytest.approx(C.select("gather", lan, 4, 1000)[0].seconds + wan.g(4000) + wan.L)
+    # The benchmark's iteration: the barrier's crossing, then the (congested) gather.
+    assert grid.bench_gather(lan, wan, 4, 1000, kappa=2.0) == pytest.approx((5000 + 5000 + 2 * 4 * 90) * US)
+    # kappa fitted on such points, with the barrier in the latency part, is recovered exactly.
+    pts = [(2 * wan.L, n * wan.g(m), grid.bench_gather(lan, wan, n, m, 1.7)) for n in (2, 8) for m in (1000, 10**6)]
+    assert grid.fit_kappa(pts) == pytest.approx(1.7)
 
 
 def test_models_cover_every_collalgo_algorithm():

@@ -124,3 +124,16 @@ def test_garbage_and_unauthenticated_peers_get_nothing(lab):
     assert after["relayed_bytes_out"] == before["relayed_bytes_out"]
     # ...and the real link still relays.
     assert raw_request("east-1", "10.71.1.254", "10.71.2.2", 1)[4] == 1
+
+
+def test_lab_gateways_run_at_realtime_priority_below_the_delay_line(lab):
+    """A gateway stands for a host of its own, so in the lab it must not queue behind the MPI ranks for a CPU."""
+    state = json.loads(Path(f"/run/gridsplit/lab/{PREFIX}/state.json").read_text())
+    assert state["gateway_rt_priority"] == 5
+    for site in state["gateways"]:
+        pid = state["pids"][f"gw-{site}"]
+        assert "gridsplitd" in Path(f"/proc/{pid}/comm").read_text()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out = subprocess.run(["chrt", "-p", task.name], text=True, capture_output=True).stdout
+            if out:  # a thread may have exited meanwhile
+                assert "SCHED_FIFO" in out and "priority: 5" in out, out

@@ -21,6 +21,7 @@ TOOLS = {
     "iperf3": "apt-get install iperf3",
     "unshare": "apt-get install util-linux",
     "nsenter": "apt-get install util-linux",
+    "chrt": "apt-get install util-linux",
     "hostname": "apt-get install hostname",
     "sysctl": "apt-get install procps",
     "mpiexec.mpich": "apt-get install mpich libmpich-dev",

@@ -412,7 +412,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
         with out.open("a") as f:
             f.write(json.dumps({
                 "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
-                "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak")},
+                "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak", "gateway_rt_priority")},
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                     "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
@@ -590,8 +590,9 @@ def make_command(op: str) -> click.Command:
     @click.option("--wan-cc", "ccs", default=None, callback=_csv(_choice_list(("cubic", "reno", "bbr"))),
                   help="WAN congestion controls to compare in split mode; default: the topology's.")
     @click.option("--lan-tuning", "lans", default=None, callback=_csv(_choice_list(("on", "off"))),
-                  help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port, 8 ms "
-                       "LAN timers) to compare in split mode: on, off or on,off; default: the topology's (on).")
+                  help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port; "
+                       "LAN timers too where the topology sets lan_rto_min_us) to compare in split mode: on, off "
+                       "or on,off; default: the topology's (on).")
     @click.option("--check/--no-check", default=False, show_default=True,
                   help="Verify every received payload (costs CPU outside the timed region).")
     @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,

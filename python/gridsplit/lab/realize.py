@@ -164,7 +164,7 @@ def restart_gateways(state: LabState, **overrides: str | bool) -> LabState:
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
         new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites)
         data = {**state.data, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
-                "gateway_overrides": merged}
+                "gateway_overrides": merged, "gateway_rt_priority": gateway_rt_priority()}
         names.state_file.write_text(json.dumps(data, indent=1))
     return LabState(names, topo, data)
 
@@ -194,7 +194,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
     topo = load_topology(spec, nodes, scale)  # bad input first: it needs no privilege to report
     text = _topology_text(spec)
     sysdeps.need_root("gridsplit lab up")
-    for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl"):
+    for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl", "chrt"):
         sysdeps.need_tool(tool)
     wanem = sysdeps.built("gridsplit-wanem")
     gw_sites = [s.name for s in topo.sites if s.gateway] if gateways else []
@@ -223,7 +223,8 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
                 "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes, "scale": scale,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
                 "gateways": gw_sites,
-                "tbf_burst_ms": BURST_MS, "nic_peak": NIC_PEAK, "topology": topo.to_dict(),
+                "tbf_burst_ms": BURST_MS, "nic_peak": NIC_PEAK,
+                "gateway_rt_priority": gateway_rt_priority() if gw_sites else None, "topology": topo.to_dict(),
                 "namespaces": _all_ns(topo, names),
             }
             names.state_file.write_text(json.dumps(data, indent=1))
@@ -343,6 +344,23 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
         in_ns(names.wan_ns, ["sh", "-c", " && ".join(wan_gro)])
 
 
+def gateway_rt_priority() -> int:
+    """SCHED_FIFO priority of the lab's gridsplitd processes (0: normal scheduling).
+
+    A real gateway is a host of its own; in the lab it shares two vCPUs with
+    every MPI rank. Twenty ranks that yield when idle still keep the run queue
+    full, so a gateway woken by a packet waited for a time slice: each relayed
+    message paid the ranks' scheduling, which direct mode (no gateway) never
+    does. Real-time priority, below the delay line's (10), gives the gateways
+    the CPU when they have work, as their own host would; they sleep otherwise.
+    GRIDSPLIT_LAB_GATEWAY_RT=0 turns it off (to measure what it changes).
+    """
+    v = os.environ.get("GRIDSPLIT_LAB_GATEWAY_RT", "5")
+    if not v.isdigit() or not 0 <= int(v) <= 99:
+        raise GridsplitError(f"GRIDSPLIT_LAB_GATEWAY_RT={v!r}: give a SCHED_FIFO priority 1-99, or 0 for none")
+    return int(v)
+
+
 def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str]) -> dict[str, int]:
     """One gridsplitd per gateway host, sharing one fresh pre-shared key."""
     from ..gateway import gateway_toml, new_psk, sites_toml
@@ -355,7 +373,9 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
         cfg.write_text(gateway_toml(topo, site, str(psk)))
         log = open(names.state_dir / f"gw-{site}.log", "w")
         ns = names.host_ns(f"{site}-gw")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, gridsplitd, "--config", str(cfg)],
+        rt = gateway_rt_priority()
+        prio = ["chrt", "-f", str(rt)] if rt else []
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config", str(cfg)],
                                 stdout=log, stderr=log, start_new_session=True)
         pids[f"gw-{site}"] = proc.pid
     # Ready when every gateway answers on its admin port and sees all its peers.

@@ -173,15 +173,19 @@ def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, 
 @click.option("--bench", "bench_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="`gridsplit bench gather` JSONL files to score the gather model against [results/bench/*.jsonl].")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Output directory [results/model/DATE-TOPOLOGY-IMPL].")
-def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, modes, bench_files, out) -> None:
+@click.option("--rescore", "rescore", type=click.Path(file_okay=False, exists=True), default=None,
+              help="No lab: score the raw runs kept in DIR/validation.json again (with DIR/plogp.json unless --params, "
+                   "and the --bench files), after a change to the models; rewrites DIR's report, summary and figures.")
+def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, modes, bench_files, out, rescore) -> None:
     """Run the modelled algorithms in the lab over (P, m) and score the predictions (needs `gridsplit lab up`)."""
-    from .advise import summary_of
     from .measure import measure as run_measure
     from .plogp import ParamSet
-    from .plots import fig1_plogp, validation_figures
-    from .validate import report_lines, validate as run
+    from .plots import fig1_plogp
+    from .validate import validate as run
     con = _con()
     progress = lambda msg: con.print(f"[dim]·[/dim] {msg}")
+    if rescore:
+        return _rescore(Path(rescore), params, bench_files, con)
     state = _state()
     outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-{state.topo.name}-{impl}"
     mode_list = [x.strip() for x in modes.split(",") if x.strip()]
@@ -203,11 +207,46 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
             params = str(found[-1])
         ps = ParamSet.load(params)
         ps.meta["source"] = params
-    bench = [Path(b) for b in bench_files]
-    if not bench and repo_root() is not None:
-        bench = sorted((repo_root() / "results" / "bench").glob("*.jsonl"))
+    bench = [Path(b) for b in bench_files] or _default_bench()
     result = run(state, ps, impl, _ints(procs, "--procs", 2) if procs.strip() else [], _sizes(sizes), repeat, reps,
                  _ints(grid_nodes, "--grid-nodes", 1) if grid_nodes.strip() else [], mode_list, bench, _command(), progress)
+    _write_validation(result, outdir, con)
+
+
+def _default_bench() -> list[Path]:
+    return sorted((repo_root() / "results" / "bench").glob("*.jsonl")) if repo_root() is not None else []
+
+
+def _rescore(outdir: Path, params: str | None, bench_files: tuple[str, ...], con) -> None:
+    """Scores a committed validation's raw runs again: the measurements stay, the models' answers change."""
+    from .plogp import ParamSet
+    from .validate import analyse
+    vfile = outdir / "validation.json"
+    try:
+        old = json.loads(vfile.read_text())
+        raw, meta = old["raw"], old["meta"]
+        raw_lan, raw_grid = raw["lan"], raw["grid"]
+    except FileNotFoundError:
+        raise GridsplitError(f"--rescore: {vfile} does not exist; give the directory a `model validate` run wrote") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise GridsplitError(f"--rescore: {vfile} is not a validation with its raw runs ({e}); run `model validate` again") from None
+    pfile = Path(params) if params else outdir / "plogp.json"
+    if not pfile.exists():
+        raise GridsplitError(f"--rescore: no parameters at {pfile}; give --params FILE")
+    ps = ParamSet.load(str(pfile))
+    ps.meta["source"] = str(pfile)
+    bench = [Path(b) for b in bench_files] or _default_bench()
+    from .. import machine
+    meta = {**meta, "git_rescored": machine.facts().get("git"),
+            "rescored": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": _command(),
+                         "bench": [str(b) for b in bench]}}
+    _write_validation(analyse(raw_lan, raw_grid, ps, meta, bench), outdir, con)
+
+
+def _write_validation(result: dict, outdir: Path, con) -> None:
+    from .advise import summary_of
+    from .plots import validation_figures
+    from .validate import report_lines
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")
     (outdir / "summary.json").write_text(json.dumps(summary_of(result), indent=1) + "\n")

@@ -58,6 +58,19 @@ def gather_congested(lan: PLogP, x: PLogP, n: int, m: int, kappa: float) -> floa
     return x.L + kappa * n * x.g(m)
 
 
+def bench_gather(lan: PLogP, x: PLogP, n: int, m: int, kappa: float = 1.0) -> float:
+    """One iteration of `gridsplit bench gather` (mpi/gather.c) as the root times it:
+    a barrier, then the flat gather.
+
+    The root's clock starts before the barrier (seed 000's listing). Whatever the
+    barrier's algorithm, no sender leaves it before a message from the root's
+    site has reached it, one cross-site latency after the root entered, and its
+    data takes another to come back: x.L + (x.L + kappa n g_X(m)). The barrier's
+    own gaps and LAN rounds are left out, as small next to a WAN latency.
+    """
+    return x.L + gather_congested(lan, x, n, m, kappa)
+
+
 def bcast_flat(lan: PLogP, x: PLogP, n: int, m: int) -> float:
     return n * x.g(m) + x.L
 
