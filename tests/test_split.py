@@ -129,7 +129,7 @@ def test_garbage_and_unauthenticated_peers_get_nothing(lab):
 def test_lab_gateways_run_at_realtime_priority_below_the_delay_line(lab):
     """A gateway stands for a host of its own, so in the lab it must not queue behind the MPI ranks for a CPU."""
     state = json.loads(Path(f"/run/gridsplit/lab/{PREFIX}/state.json").read_text())
-    assert state["gateway_rt_priority"] == 5
+    assert state["gateway_rt_priority"] == 5 == lab["emulation"]["gateway_rt_priority"]
     for site in state["gateways"]:
         pid = state["pids"][f"gw-{site}"]
         assert "gridsplitd" in Path(f"/proc/{pid}/comm").read_text()

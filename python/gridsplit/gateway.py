@@ -40,8 +40,8 @@ def lan_window_budget(topo: Topology, site: str) -> int:
     loss: its drop-tail buffer plus the LAN's bandwidth-delay product, counted in
     wire bytes (1448 of every 1514 are payload), less one frame for the ACKs
     and probes that share the port (66-byte frames; two full frames of slack
-    had pushed 8 senders, at two segments each, just over the budget). 0 when
-    LAN tuning is off."""
+    had pushed 8 senders, at two segments each, just over the budget; on
+    `paper` it holds 16 senders at one segment). 0 when LAN tuning is off."""
     if not topo.gateways.lan_tuning:
         return 0
     s = topo.site(site)

@@ -77,7 +77,9 @@ def status(as_json: bool) -> None:
         emit_json({"prefix": state.names.prefix, "created": state.data["created"], "topology": state.topo.to_dict(),
                    "hosts": [{"name": h.name, "site": h.site, "role": h.role, "ip": str(h.ip), "ns": state.ns(h)}
                              for h in state.topo.hosts()],
-                   "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats}})
+                   "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats},
+                   "emulation": {k: state.data.get(k) for k in ("scale", "delay_compensation_us", "tbf_burst_ms",
+                                                                 "nic_peak", "gateway_rt_priority")}})
         return
     con = _console()
     con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']}"

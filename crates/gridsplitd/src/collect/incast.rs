@@ -11,13 +11,20 @@
 //! buffer plus the LAN's bandwidth-delay product) among the open LAN sockets and
 //! clamps each one's advertised window to its share with TCP_WINDOW_CLAMP.
 //!
-//! A share never goes below two segments: under one segment the node's TCP would
-//! stop and wait for a zero-window probe (an RTO away). With more flows than the
-//! budget holds at two segments each, no division fits the port, and measured
-//! on the paper grid (12 senders, 1 MB gathers) two-segment windows did worse
-//! than none: each loss is then a tail loss that only a timeout recovers, while
-//! TCP's own wider windows recover by fast retransmit. So an overcommitted
-//! budget lifts the clamps (to `ceiling`) and leaves those flows to TCP.
+//! A share never goes below one segment: a Linux sender does not send into a
+//! window smaller than its MSS, so it would stop and wait for a zero-window
+//! probe (an RTO away). One-segment windows work when they fit: the gateway
+//! reads at once, and the window update that follows leaves with the next ACK.
+//! Measured on the paper grid (budget 23.6 KB, so up to 16 flows at one segment;
+//! Open MPI, 3 alternating rounds, split/direct medians), a floor of one segment
+//! against two: 12 x 10K 0.89 vs 1.41, 12 x 100K 0.86 vs 1.41 (one round 5.8:
+//! timeouts remain), 16 x 100K 0.78 vs 1.10, 1 MB 0.96-0.97 vs 0.91-0.94
+//! (results/bench/2026-11-22-incast-floor-ab). With more flows
+//! than that, no division fits the port, and windows that do not fit did worse
+//! than none (two segments at 12 flows, before the floor was lowered): each
+//! loss is then a tail loss that only a timeout recovers, while TCP's own wider
+//! windows recover by fast retransmit. So an overcommitted budget lifts the
+//! clamps (to `ceiling`) and leaves those flows to TCP.
 //!
 //! The other direction has a milder form of the problem: what the gateway writes
 //! to a LAN host leaves its NIC in bursts that pile up in the host's switch port.
@@ -37,8 +44,8 @@ use std::sync::{Arc, Mutex, Weak};
 use socket2::SockRef;
 use tokio::net::TcpStream;
 
-/// Segments a share never goes below.
-const FLOOR_SEGMENTS: usize = 2;
+/// Segments a share never goes below (see the module comment).
+const FLOOR_SEGMENTS: usize = 1;
 /// The MSS assumed when the kernel does not report one.
 const DEFAULT_MSS: usize = 1448;
 /// How often drifted clamps are put back: Linux resets one when the receive
@@ -145,8 +152,8 @@ impl LanWindows {
         }
     }
 
-    /// Gives every socket its share: budget / sockets if that is at least two
-    /// segments, else `ceiling` (overcommitted: see the module comment).
+    /// Gives every socket its share: budget / sockets if that is at least one
+    /// segment, else `ceiling` (overcommitted: see the module comment).
     /// With `drifted_only`, touches only sockets whose clamp is no longer it.
     fn apply(&self, reg: &mut Registry, drifted_only: bool) {
         reg.live.retain(|_, w| w.strong_count() > 0);
@@ -170,8 +177,11 @@ impl LanWindows {
                 .ok()
                 .filter(|&m| m > 0)
                 .map_or(DEFAULT_MSS, |m| m as usize);
+            // Whole segments: the remainder of a share would go out as a second,
+            // short packet per flow, whose header the budget did not count (12
+            // flows at 1965 B overflowed the 25 KB port; at 1448 B they fit).
             let share = if even >= FLOOR_SEGMENTS * mss {
-                even
+                even / mss * mss
             } else {
                 self.ceiling
             };
@@ -254,22 +264,25 @@ mod tests {
         let w = LanWindows::new(1_200_000, 4 << 20, 0);
         let (a, _ca) = pair(&l).await;
         let ra = w.register(&a);
-        assert_eq!(window_clamp(&a), 1_200_000);
+        // Shares are whole segments (loopback's MSS is large: 64 KB or so).
+        let mss = SockRef::from(&*a).tcp_mss().unwrap() as usize;
+        let whole = |v: usize| v / mss * mss;
+        assert_eq!(window_clamp(&a), whole(1_200_000));
         let (b, _cb) = pair(&l).await;
         let (c, _cc) = pair(&l).await;
         let _rb = w.register(&b);
         let rc = w.register(&c);
         for s in [&a, &b, &c] {
-            assert_eq!(window_clamp(s), 400_000);
+            assert_eq!(window_clamp(s), whole(400_000));
         }
         drop(rc);
-        assert_eq!(window_clamp(&a), 600_000);
-        assert_eq!(window_clamp(&b), 600_000);
+        assert_eq!(window_clamp(&a), whole(600_000));
+        assert_eq!(window_clamp(&b), whole(600_000));
         // A socket already gone is left out without being touched.
         drop(a);
         let (d, _cd) = pair(&l).await;
         let _rd = w.register(&d);
-        assert_eq!(window_clamp(&d), 600_000);
+        assert_eq!(window_clamp(&d), whole(600_000));
         drop(ra);
         assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 2);
     }
@@ -286,7 +299,7 @@ mod tests {
         let s = &keep[0].1;
         let mss = SockRef::from(&**s).tcp_mss().unwrap() as usize;
         assert!(
-            8_000 / 4 < 2 * mss,
+            8_000 / 4 < FLOOR_SEGMENTS * mss,
             "loopback MSS {mss} makes this test moot"
         );
         assert_eq!(window_clamp(s), 1 << 20);
