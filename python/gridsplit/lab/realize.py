@@ -61,11 +61,20 @@ BURST_MS = {"nic": 2.1, "switch": 0.25, "wan": 2.1}
 # of the emulated platform can do (seed 002's small-message models were off by
 # a quarter for it). tbf's second, one-frame bucket caps the NIC at this
 # multiple of its rate; the deep bucket still pays back timer latency and VM
-# stalls, but only 10 % faster than real time. PEAK_MTU is the peak bucket's
-# depth: above one 1514-byte frame (tc rounds it down to its rate-table cells,
-# and a frame larger than the bucket would be dropped), below two.
+# stalls, but only 10 % faster than real time. The peak bucket holds PEAK_US of
+# traffic at the rate, and at least PEAK_MTU bytes: above one 1514-byte frame
+# (tc rounds it down to its rate-table cells, and a frame larger than the bucket
+# would be dropped), below two. At 100 Mb/s that is one frame; at 1 Gb/s four,
+# because a tbf timer per frame (83 000 a second per busy host) cost the whole
+# machine a third of a 1 Gb/s flow (netcheck's wizard test: 167 against 240+
+# Mb/s), while a 50 us burst is below anything a gather or a model resolves.
 NIC_PEAK = 1.1
 PEAK_MTU = 2000
+PEAK_US = 50
+
+
+def peak_bucket(rate_mbps: float) -> int:
+    return max(PEAK_MTU, int(rate_mbps * 1e6 / 8 * PEAK_US / 1e6))
 
 
 def delay_line_cpu() -> int | None:
@@ -91,7 +100,7 @@ def _rps_mask(cpu: int) -> str:
 
 def tbf_line(dev: str, rate_mbps: float, limit: int, kind: str) -> str:
     burst = tbf_burst(rate_mbps, BURST_MS[kind])
-    peak = f" peakrate {int(rate_mbps * 1e6 * NIC_PEAK)}bit mtu {PEAK_MTU}" if kind == "nic" else ""
+    peak = f" peakrate {int(rate_mbps * 1e6 * NIC_PEAK)}bit mtu {peak_bucket(rate_mbps)}" if kind == "nic" else ""
     return (f"qdisc replace dev {dev} root tbf rate {int(rate_mbps * 1e6)}bit burst {burst}{peak} "
             f"limit {max(limit, burst)}")
 
