@@ -59,8 +59,8 @@ BURST_MS = {"nic": 2.1, "switch": 0.25, "wan": 2.1}
 # lets an idle host put 26 KB (at 100 Mb/s) on the wire at memory speed: a
 # one-to-many send then finishes in half the time a NIC needs, which no host
 # of the emulated platform can do (seed 002's small-message models were off by
-# a quarter for it). tbf's second, one-frame bucket caps the NIC at this
-# multiple of its rate; the deep bucket still pays back timer latency and VM
+# a quarter for it). tbf's second (peak) bucket caps the NIC at NIC_PEAK
+# times its rate; the deep bucket still pays back timer latency and VM
 # stalls, but only 10 % faster than real time. The peak bucket holds PEAK_US of
 # traffic at the rate, and at least PEAK_MTU bytes: above one 1514-byte frame
 # (tc rounds it down to its rate-table cells, and a frame larger than the bucket
@@ -208,6 +208,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
     wanem = sysdeps.built("gridsplit-wanem")
     gw_sites = [s.name for s in topo.sites if s.gateway] if gateways else []
     gridsplitd = sysdeps.built("gridsplitd") if gw_sites else None
+    rt = gateway_rt_priority() if gw_sites else None  # a bad setting is refused before anything is built
 
     with _lock(names):
         leftovers = [ns for ns in list_netns() if names.owns_ns(ns)]
@@ -233,7 +234,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
                 "gateways": gw_sites,
                 "tbf_burst_ms": BURST_MS, "nic_peak": NIC_PEAK,
-                "gateway_rt_priority": gateway_rt_priority() if gw_sites else None, "topology": topo.to_dict(),
+                "gateway_rt_priority": rt, "topology": topo.to_dict(),
                 "namespaces": _all_ns(topo, names),
             }
             names.state_file.write_text(json.dumps(data, indent=1))
@@ -376,14 +377,14 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     psk = names.state_dir / "psk"
     new_psk(psk)
     (names.state_dir / "sites.toml").write_text(sites_toml(topo))
+    rt = gateway_rt_priority()
+    prio = ["chrt", "-f", str(rt)] if rt else []
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"
         cfg.write_text(gateway_toml(topo, site, str(psk)))
         log = open(names.state_dir / f"gw-{site}.log", "w")
         ns = names.host_ns(f"{site}-gw")
-        rt = gateway_rt_priority()
-        prio = ["chrt", "-f", str(rt)] if rt else []
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config", str(cfg)],
                                 stdout=log, stderr=log, start_new_session=True)
         pids[f"gw-{site}"] = proc.pid

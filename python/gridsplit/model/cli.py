@@ -185,6 +185,8 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
     con = _con()
     progress = lambda msg: con.print(f"[dim]·[/dim] {msg}")
     if rescore:
+        if do_measure or out:
+            raise GridsplitError("--rescore rewrites DIR from its own raw runs; it takes neither --measure nor --out")
         return _rescore(Path(rescore), params, bench_files, con)
     state = _state()
     outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-{state.topo.name}-{impl}"

@@ -178,8 +178,8 @@ impl LanWindows {
                 .filter(|&m| m > 0)
                 .map_or(DEFAULT_MSS, |m| m as usize);
             // Whole segments: the remainder of a share would go out as a second,
-            // short packet per flow, whose header the budget did not count (12
-            // flows at 1965 B overflowed the 25 KB port; at 1448 B they fit).
+            // short packet per flow, whose header the budget does not count (12
+            // flows at 1965 B each is 25.2 KB on the wire for a 25 KB port).
             let share = if even >= FLOOR_SEGMENTS * mss {
                 even / mss * mss
             } else {
