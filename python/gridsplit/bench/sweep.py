@@ -86,6 +86,12 @@ class Point:
     lan: bool | None = None
 
     @property
+    def variant(self) -> dict[str, Any] | None:
+        """The gateway settings of a split run, as result rows record them (row_key reads them back)."""
+        return {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan} \
+            if self.mode == "split" else None
+
+    @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
                 self.lan)
@@ -282,8 +288,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     counted = sum(d.get("RetransSegs", 0) for d in deltas.values())
     return {
         "kind": "point", "schema": SCHEMA, "op": p.op, "mode": p.mode,
-        "variant": {"strategy": p.strategy, "congestion": p.congestion, "lan_tuning": p.lan}
-        if p.mode == "split" else None,
+        "variant": p.variant,
         "impl": p.impl, "impl_version": res.get("impl_version"), "nodes": len(senders), "ranks": len(ranks),
         "size_bytes": p.size, "reps": res["reps"], "reps_requested": reps_requested, "repeat": p.repeat,
         "total_s": res["total_s"],
@@ -412,7 +417,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
         with out.open("a") as f:
             f.write(json.dumps({
                 "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
-                "lab": {k: state.data.get(k) for k in ("prefix", "nodes", "scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak", "gateway_rt_priority")},
+                "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                     "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
@@ -457,8 +462,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
                 # machine) must not cost the rest of a long sweep: the failure is
                 # recorded, said, and retried when the sweep is resumed.
                 f.write(json.dumps({"kind": "failure", "schema": SCHEMA, "op": p.op, "mode": p.mode,
-                                    "variant": {"strategy": p.strategy, "congestion": p.congestion,
-                                                "lan_tuning": p.lan} if p.mode == "split" else None,
+                                    "variant": p.variant,
                                     "impl": p.impl, "nodes": p.nodes, "size_bytes": p.size, "repeat": p.repeat,
                                     "error": str(e), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
                 f.flush()

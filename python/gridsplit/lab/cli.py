@@ -78,8 +78,7 @@ def status(as_json: bool) -> None:
                    "hosts": [{"name": h.name, "site": h.site, "role": h.role, "ip": str(h.ip), "ns": state.ns(h)}
                              for h in state.topo.hosts()],
                    "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats},
-                   "emulation": {k: state.data.get(k) for k in ("scale", "delay_compensation_us", "tbf_burst_ms",
-                                                                 "nic_peak", "gateway_rt_priority")}})
+                   "emulation": state.emulation})
         return
     con = _console()
     con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']}"

@@ -114,6 +114,12 @@ class LabState:
     data: dict[str, Any]
 
     @property
+    def emulation(self) -> dict[str, Any]:
+        """The emulator's settings a measurement depends on (recorded by `lab status` and every bench meta row)."""
+        return {k: self.data.get(k) for k in ("scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak",
+                                               "gateway_rt_priority")}
+
+    @property
     def wanem_pid(self) -> int | None:
         return self.data.get("pids", {}).get("wanem")
 
@@ -171,9 +177,10 @@ def restart_gateways(state: LabState, **overrides: str | bool) -> LabState:
         stop_pids([p for k, p in pids.items() if k.startswith("gw-")])
         merged = {**_gateway_overrides(state.data), **overrides}
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
-        new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites)
+        rt = gateway_rt_priority()
+        new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites, rt)
         data = {**state.data, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
-                "gateway_overrides": merged, "gateway_rt_priority": gateway_rt_priority()}
+                "gateway_overrides": merged, "gateway_rt_priority": rt}
         names.state_file.write_text(json.dumps(data, indent=1))
     return LabState(names, topo, data)
 
@@ -228,7 +235,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
             pids = {"wanem": pid}
             if gw_sites:
                 progress(f"starting gridsplitd on {len(gw_sites)} gateway(s)")
-                pids.update(_start_gateways(topo, names, gridsplitd, gw_sites))
+                pids.update(_start_gateways(topo, names, gridsplitd, gw_sites, rt))
             data = {
                 "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes, "scale": scale,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
@@ -371,13 +378,12 @@ def gateway_rt_priority() -> int:
     return int(v)
 
 
-def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str]) -> dict[str, int]:
-    """One gridsplitd per gateway host, sharing one fresh pre-shared key."""
+def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str], rt: int) -> dict[str, int]:
+    """One gridsplitd per gateway host, sharing one fresh pre-shared key; `rt`: gateway_rt_priority()."""
     from ..gateway import gateway_toml, new_psk, sites_toml
     psk = names.state_dir / "psk"
     new_psk(psk)
     (names.state_dir / "sites.toml").write_text(sites_toml(topo))
-    rt = gateway_rt_priority()
     prio = ["chrt", "-f", str(rt)] if rt else []
     pids = {}
     for site in sites:

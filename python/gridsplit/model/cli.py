@@ -221,6 +221,7 @@ def _default_bench() -> list[Path]:
 
 def _rescore(outdir: Path, params: str | None, bench_files: tuple[str, ...], con) -> None:
     """Scores a committed validation's raw runs again: the measurements stay, the models' answers change."""
+    from .. import machine
     from .plogp import ParamSet
     from .validate import analyse
     vfile = outdir / "validation.json"
@@ -238,7 +239,6 @@ def _rescore(outdir: Path, params: str | None, bench_files: tuple[str, ...], con
     ps = ParamSet.load(str(pfile))
     ps.meta["source"] = str(pfile)
     bench = [Path(b) for b in bench_files] or _default_bench()
-    from .. import machine
     meta = {**meta, "git_rescored": machine.facts().get("git"),
             "rescored": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": _command(),
                          "bench": [str(b) for b in bench]}}

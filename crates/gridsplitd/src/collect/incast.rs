@@ -13,8 +13,8 @@
 //!
 //! A share never goes below one segment: a Linux sender does not send into a
 //! window smaller than its MSS, so it would stop and wait for a zero-window
-//! probe (an RTO away). One-segment windows work when they fit: the gateway
-//! reads at once, and the window update that follows leaves with the next ACK.
+//! probe (an RTO away). One segment is enough to keep a flow moving: the
+//! gateway reads at once, and the window update leaves with the next ACK.
 //! Measured on the paper grid (budget 23.6 KB, so up to 16 flows at one segment;
 //! Open MPI, 3 alternating rounds, split/direct medians), a floor of one segment
 //! against two: 12 x 10K 0.89 vs 1.41, 12 x 100K 0.86 vs 1.41 (one round 5.8:
