@@ -17,6 +17,7 @@ from gridsplit.model.plogp import ParamSet, PLogP, monotone
 
 ROOT = Path(__file__).resolve().parent.parent
 US = 1e-6
+MS = 1e-3
 
 
 def linear(name: str = "t", L: float = 50 * US) -> PLogP:
@@ -118,7 +119,8 @@ def test_interpolation_extrapolation_and_monotone_fit():
 
 def test_two_level_grid_formulas():
     lan, wan = linear("lan", L=50 * US), linear("wan", L=5000 * US)
-    assert grid.gather_flat(lan, wan, 4, 1000) == pytest.approx((4 * 90 + 5000) * US)
+    # The first sender's message whole, the other three at the wire's gap (80 us per 1000 B).
+    assert grid.gather_flat(lan, wan, 4, 1000) == pytest.approx((5000 + 90 + 3 * 80) * US)
     assert grid.bcast_chain(lan, wan, 3, 1000) == pytest.approx((90 + 5000 + 2 * (90 + 50)) * US)
     lo, up = grid.alltoall_bounds(lan, wan, 3, 1000)
     assert lo == pytest.approx(max(3 * 90 + 5000, 2 * 90 + 90 + 5000) * US)
@@ -126,10 +128,24 @@ def test_two_level_grid_formulas():
     two = grid.predict("gather_two_level", lan, wan, 4, 1000)
     assert two.seconds == pytest.approx(C.select("gather", lan, 4, 1000)[0].seconds + wan.g(4000) + wan.L)
     # The benchmark's iteration: the barrier's crossing, then the (congested) gather.
-    assert grid.bench_gather(lan, wan, 4, 1000, kappa=2.0) == pytest.approx((5000 + 5000 + 2 * 4 * 90) * US)
-    # kappa fitted on such points, with the barrier in the latency part, is recovered exactly.
-    pts = [(2 * wan.L, n * wan.g(m), grid.bench_gather(lan, wan, n, m, 1.7)) for n in (2, 8) for m in (1000, 10**6)]
+    assert grid.bench_gather(lan, wan, 4, 1000, kappa=2.0) == pytest.approx((5000 + 5000 + 90 + 2 * 3 * 80) * US)
+    # kappa fitted on such points, with the barrier in the fixed part, is recovered exactly.
+    pts = [(wan.L + grid.gather_parts(wan, n, m)[0], grid.gather_parts(wan, n, m)[1], grid.bench_gather(lan, wan, n, m, 1.7))
+           for n in (2, 8) for m in (1000, 10**6)]
     assert grid.fit_kappa(pts) == pytest.approx(1.7)
+
+
+def test_grid_gather_pays_one_rendezvous_round_trip_not_one_per_sender():
+    # A WAN path whose gap jumps by a 10 ms handshake at 64 KiB (Open MPI's rendezvous),
+    # 80 ns/B on the wire: one sender's back-to-back 1 MB sends are 90 ms apart, but
+    # four senders' handshakes overlap and the root's link takes 80 ms per message.
+    wan = PLogP("wan", 5 * MS, [0, 65535, 65536, 2_000_000], [0.0] * 4, [0.0] * 4,
+                [10 * US, 10 * US + 65535 * 80e-9, 10 * MS + 65536 * 80e-9, 10 * MS + 2_000_000 * 80e-9])
+    assert wan.g(1_000_000) == pytest.approx(90 * MS)
+    assert grid.wire_gap(wan, 1_000_000) == pytest.approx(80 * MS)
+    assert grid.gather_flat(linear(), wan, 4, 1_000_000) == pytest.approx((5 + 90 + 3 * 80) * MS)
+    assert grid.bcast_flat(linear(), wan, 4, 1_000_000) == pytest.approx((4 * 90 + 5) * MS)  # one sender: handshakes in turn
+    assert grid.wire_gap(wan, 1000) == pytest.approx(80 * US)  # eager: the senders' 10 us per message overlap too
 
 
 def test_models_cover_every_collalgo_algorithm():

@@ -8,8 +8,14 @@ with libgridsplit.so preloaded, so they include both relays); messages inside
 the remote site use `lan` parameters. Each formula is the seed 002 one
 (Tables 1-3) with the parameters of the hop it describes:
 
-* flat gather / flat broadcast (Table 2 l.1, Table 1 l.1): every message
-  crosses, n g_X(m) + L_X;
+* flat broadcast (Table 1 l.1): every message crosses, n g_X(m) + L_X;
+* flat gather (Table 2 l.1) with its n senders on other hosts: L_X + g_X(m) +
+  (n-1) w_X(m). The root's gap between messages from *different* senders is the
+  wire's, w_X(m) = min(g_X(m), m / B_X) with B_X the stream bandwidth: g_X(m)
+  of a rendezvous-size message holds a handshake round trip, which one sender's
+  back-to-back sends pay one after the other but n senders pay at the same time
+  (on a LAN that round trip is microseconds and the seed's (P-1) g(m) + L is
+  the same number; across a 10 ms WAN it is a whole round trip per sender);
 * chain broadcast (Table 1 l.4) per hop: (g_X(m) + L_X) + (n-1)(g_lan(m) + L_lan);
 * segmented chain (Table 1 l.6) per hop: sum over hops of (g_h(s) + L_h), plus
   (k-1) times the slowest hop's g_h(s), which sets the pipeline's pace;
@@ -37,14 +43,27 @@ def _hops(lan: PLogP, x: PLogP, n: int) -> list[PLogP]:
     return [x] + [lan] * (n - 1)
 
 
+def wire_gap(x: PLogP, m: int) -> float:
+    """The gap at a receiver between m-byte messages of different senders: the
+    stream bandwidth's, never more than the one-sender gap g_X(m)."""
+    return min(x.g(m), m / x.bandwidth_Bps())
+
+
+def gather_parts(x: PLogP, n: int, m: int) -> tuple[float, float]:
+    """(A, B) of the flat gather T = A + B: the first message whole, then the
+    other n-1 at the wire's gap (the module's docstring says why)."""
+    return x.L + x.g(m), (n - 1) * wire_gap(x, m)
+
+
 def gather_flat(lan: PLogP, x: PLogP, n: int, m: int) -> float:
-    return n * x.g(m) + x.L
+    return sum(gather_parts(x, n, m))
 
 
 def fit_kappa(points: list[tuple[float, float, float]]) -> float:
-    """kappa minimising the squared relative error of L + kappa * B against measured T.
+    """kappa minimising the squared relative error of A + kappa * B against measured T.
 
-    `points` are (L, B, T) with B = n g_X(m), the flat gather's bandwidth term.
+    `points` are (A, B, T) with B the (n-1) later senders' part of the flat
+    gather (gather_parts): convergence is what a lone sender never meets.
     This is Clement and Steed's congestion factor (T = l + b gamma / W), which
     seed 002 §5 cites: n senders converging on one root port lose packets that
     pLogP, measured one pair at a time, never sees (the MPI5000 phenomenon).
@@ -55,7 +74,8 @@ def fit_kappa(points: list[tuple[float, float, float]]) -> float:
 
 
 def gather_congested(lan: PLogP, x: PLogP, n: int, m: int, kappa: float) -> float:
-    return x.L + kappa * n * x.g(m)
+    a, b = gather_parts(x, n, m)
+    return a + kappa * b
 
 
 def bench_gather(lan: PLogP, x: PLogP, n: int, m: int, kappa: float = 1.0) -> float:
@@ -65,7 +85,7 @@ def bench_gather(lan: PLogP, x: PLogP, n: int, m: int, kappa: float = 1.0) -> fl
     The root's clock starts before the barrier (seed 000's listing). Whatever the
     barrier's algorithm, no sender leaves it before a message from the root's
     site has reached it, one cross-site latency after the root entered, and its
-    data takes another to come back: x.L + (x.L + kappa n g_X(m)). The barrier's
+    data takes another to come back: x.L + gather_congested(). The barrier's
     own gaps and LAN rounds are left out, as small next to a WAN latency.
     """
     return x.L + gather_congested(lan, x, n, m, kappa)
