@@ -54,8 +54,20 @@ def summary_of(result: dict[str, Any]) -> dict[str, Any]:
             "gamma": {"lan": result["lan"]["gamma"]["value"], **{k: v["value"] for k, v in g.get("gamma", {}).items()}},
             "errors": {"lan": result["lan"]["errors"], **{k: v for k, v in g.get("errors_by_mode", {}).items()}},
             "selector": {k: result["lan"]["selector"][k] for k in ("median", "mean", "max")},
-            "gather_kappa": {k: v["value"] for k, v in (result.get("bench") or {}).get("kappa", {}).items()},
-            "gather_errors_kappa": (result.get("bench") or {}).get("errors_kappa_by_mode", {})}
+            "gather_bench": gather_bench_summary(result.get("bench") or {})}
+
+
+def gather_bench_summary(bench: dict[str, Any]) -> dict[str, Any]:
+    """Per mode, the flat-gather model `advise` uses and its error on `bench gather` points:
+    with kappa only where kappa's cross-validated error beats pure pLogP's (a factor
+    fitted on a lossless mode mostly fits noise)."""
+    out = {}
+    for mode, k in bench.get("kappa", {}).items():
+        pure = (bench.get("errors_by_mode") or {}).get(mode)
+        withk = (bench.get("errors_kappa_by_mode") or {}).get(mode)
+        use = withk is not None and (pure is None or withk["all"]["median"] < pure["all"]["median"])
+        out[mode] = {"kappa": k["value"] if use else None, "errors": withk if use else pure}
+    return out
 
 
 def _band(summary: dict[str, Any], where: str, op: str, m: int) -> tuple[float | None, float | None]:
@@ -125,17 +137,18 @@ def advise(ps: ParamSet, summary: dict[str, Any], topo: Topology, m: int, ops: l
         cands = []
         for mode in modes:
             lan, x = grid.paths(ps2, mode)
-            kappa = summary.get("gather_kappa", {}).get(mode)
+            gb = summary.get("gather_bench", {}).get(mode) or {}
+            kappa = gb.get("kappa")
             for a in OP_ALGOS[op]:
                 g = gam.get(mode, gam.get("lan"))
                 pr = grid.predict(a, lan, x, n, m, gamma=g)
                 med, mx = _band(summary, mode, op, m)
-                if a == "gather_flat" and kappa is not None:
-                    # Congestion of n senders on one port, fitted on `bench gather` (validate.analyse_bench).
-                    pr = grid.GridPrediction(a, grid.gather_congested(lan, x, n, m, kappa), None,
-                                             f"with congestion factor kappa = {kappa:.2f} from bench gather")
-                    eb = summary.get("gather_errors_kappa", {}).get(mode, {})
-                    s = eb.get("ge_64K" if m >= BIG else "lt_64K") or {}
+                if a == "gather_flat" and gb.get("errors"):
+                    # Scored on `bench gather` (validate.analyse_bench): n senders converging on one port.
+                    if kappa is not None:
+                        pr = grid.GridPrediction(a, grid.gather_congested(lan, x, n, m, kappa), None,
+                                                 f"with congestion factor kappa = {kappa:.2f} from bench gather")
+                    s = gb["errors"].get("ge_64K" if m >= BIG else "lt_64K") or {}
                     med, mx = s.get("median", med), s.get("max", mx)
                 cands.append({"mode": mode, "algo": a, "seconds": pr.seconds, "segment": pr.segment, "detail": pr.detail,
                               "error_median": None if med is None else med + extra,

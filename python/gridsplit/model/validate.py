@@ -250,6 +250,8 @@ def analyse_bench(rows: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
                        "error_kappa": rel_error(predk, meas)})
     used = sorted({r["file"] for r in rows if r.get("topology") == where})
     return {"points": points, "errors": summarize(points) if points else None,
+            "errors_by_mode": {md: summarize([p for p in points if p["mode"] == md])
+                               for md in sorted({p["mode"] for p in points})},
             "errors_kappa": summarize([{**p, "error": p["error_kappa"]} for p in points]) if points else None,
             "errors_kappa_by_mode": {md: summarize([{**p, "error": p["error_kappa"]} for p in points if p["mode"] == md])
                                      for md in sorted({p["mode"] for p in points})},
@@ -292,6 +294,8 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         b = result["bench"]
         L.append(err_row("`bench gather` points, pure pLogP (barrier crossing + flat gather)", b["errors"]))
         for mode, e in b["errors_kappa_by_mode"].items():
+            if mode in b.get("errors_by_mode", {}):
+                L.append(err_row(f"`bench gather` points, {mode}, pure pLogP", b["errors_by_mode"][mode]))
             L.append(err_row(f"`bench gather` points, {mode}, with kappa = {b['kappa'][mode]['value']:.2f} (cross-validated)", e))
     L.append("")
     s = lan["selector"]
