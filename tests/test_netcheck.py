@@ -311,6 +311,86 @@ def test_ssh_unreachable_and_refused_are_unmeasured(wizard_lab, tmp_path):
     assert "10.71.2.78" in cells[("refused", "nohost")]["reason"] or "10.71.2.1" in cells[("refused", "nohost")]["reason"]
 
 
+@pytest.fixture()
+def sshd_on_lab_hosts(wizard_lab, tmp_path):
+    """A real ssh server on each wizard host, listening only on its lab address.
+
+    dropbear (Debian's dropbear-bin: the programs, no system service) runs in
+    the host's namespace and in a private mount namespace where /root is a
+    throw-away home holding this test's key, so neither the machine's sshd nor
+    root's real ~/.ssh is involved. Stopped by PID.
+    """
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    home.chmod(0o700)
+    (home / ".ssh" / "authorized_keys").write_text((tmp_path / "id_ed25519.pub").read_text())
+    (home / ".ssh" / "authorized_keys").chmod(0o600)
+    procs = []
+    try:
+        for host, addr in (("bordeaux-1", "10.71.1.1"), ("lyon-1", "10.71.2.1")):
+            hostkey = tmp_path / f"{host}.key"
+            subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(hostkey)], check=True, capture_output=True)
+            script = 'mount --bind "$1" /root && exec dropbear -F -E -s -m -p "$2:22" -r "$3" -P "$4"'
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", f"{PREFIX}-{host}", "unshare", "--mount", "--propagation", "private",
+                 "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp_path / f"{host}.pid")],
+                stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{host}.log").open("w")))
+            for _ in range(50):
+                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", f"sport = :22"],
+                                    capture_output=True, text=True).stdout
+                if addr in ss:
+                    break
+                assert procs[-1].poll() is None, (tmp_path / f"{host}.log").read_text()
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"dropbear did not listen on {addr}:22: {(tmp_path / f'{host}.log').read_text()}")
+        yield key
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.lab
+def test_hosts_mode_over_real_ssh_reproduces_the_wizard_gap(sshd_on_lab_hosts, tmp_path):
+    # The --hosts path end to end: ssh (from inside bordeaux-1, so its traffic stays in
+    # the lab) to two sshd hosts, facts, ping, iperf3 untuned then tuned by sysctl.
+    key = sshd_on_lab_hosts
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(
+        f'[ssh]\ncommand = ["ip", "netns", "exec", "{PREFIX}-bordeaux-1", "ssh"]\nuser = "root"\n'
+        f'options = ["-i", "{key}", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", '
+        f'"-o", "LogLevel=ERROR"]\nconnect_timeout = 5\ntune = "sysctl"\n'
+        '[[site]]\nname = "bordeaux"\nhosts = ["10.71.1.1"]\ncapacity_mbps = 1000\n'
+        '[[site]]\nname = "lyon"\nhosts = ["10.71.2.1"]\ncapacity_mbps = 1000\n')
+    out = tmp_path / "nc.json"
+    cp = gs("netcheck", "--hosts", str(hosts), "--pairs", "bordeaux:lyon", "--one-way", "--streams", "2", "--duration", "3",
+            "--out", str(out), timeout=240)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rep = json.loads(out.read_text())
+    assert rep["mode"] == "hosts"
+    (cell,) = rep["cells"]
+    assert cell["status"] == "measured", cell.get("reason")
+    u, t = cell["diagnosis"]["untuned"], cell["diagnosis"]["tuned"]
+    assert u["verdict"] == "window-limited", u["why"]
+    assert f"net.core.rmem_max = {cell['advice']['buffer_bytes']}" in cp.stdout
+    assert cell["tuning"]["method"] == "sysctl"
+    assert cell["tuned"]["goodput_mbps"] > 3 * cell["untuned"]["goodput_mbps"]
+    assert 9.5 <= cell["rtt"]["min_ms"] <= 12, cell["rtt"]
+    assert cell["parallel"][0]["streams"] == 2 and cell["parallel"][0]["goodput_mbps"] > 0
+    # The tuned pass restored the hosts' own settings.
+    for ns in ("bordeaux-1", "lyon-1"):
+        cur = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{ns}", "sysctl", "-n", "net.ipv4.tcp_rmem"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert cur[-1] == "174760"
+
+
 @pytest.mark.lab
 def test_missing_iperf3_is_unmeasured(wizard_lab, tmp_path):
     # A real host without iperf3: lyon-1's commands run with a PATH that has

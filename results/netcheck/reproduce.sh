@@ -1,6 +1,6 @@
 #!/bin/sh
 # Regenerates every netcheck result in this directory (as root, from the repository
-# root, on a machine nobody else is loading; about 40 minutes on 2 cores):
+# root, on a machine nobody else is loading; about 25 minutes on 2 cores):
 #   sh results/netcheck/reproduce.sh [DATE-MACHINE]
 # 1. the wizard gap at full rate: 1 Gb/s x 10 ms, untuned 170 KB hosts, 3 runs;
 # 2. the g5k9 preset (rates / 10), every ordered site pair, next to seed 001's tables;

@@ -117,8 +117,8 @@ def load_hosts(path: str) -> tuple[Target, int | None]:
     check_keys(data, "(top level)", "")
     ssh = check_keys(data.get("ssh", {}), "ssh", "ssh")
     tune = ssh.get("tune", "socket")
-    if tune not in ("socket", "sudo-sysctl", "none"):
-        raise GridsplitError(f"{path}: ssh.tune: must be socket, sudo-sysctl or none, got {tune!r}")
+    if tune not in ("socket", "sysctl", "sudo-sysctl", "none"):
+        raise GridsplitError(f"{path}: ssh.tune: must be socket, sysctl (root logins), sudo-sysctl or none, got {tune!r}")
     command = ssh.get("command", ["ssh"])
     if isinstance(command, str):
         command = command.split()

@@ -262,7 +262,7 @@ class SshRunner(Runner):
     ssh_command: list[str] = field(default_factory=lambda: ["ssh"])
     options: list[str] = field(default_factory=list)
     connect_timeout: int = 5
-    tune_mode: str = "socket"   # "socket" (iperf3 -w), "sudo-sysctl", or "none"
+    tune_mode: str = "socket"   # "socket" (iperf3 -w), "sysctl" (a root login), "sudo-sysctl", or "none"
     kind: str = "ssh"
 
     def argv(self, ep: Endpoint, cmd: Sequence[str], timeout: float) -> list[str]:
@@ -281,12 +281,14 @@ class SshRunner(Runner):
 
     @contextmanager
     def tuned(self, hosts: list[Endpoint], nbytes: int) -> Iterator[dict[str, Any]]:
-        if self.tune_mode != "sudo-sysctl":
+        if self.tune_mode not in ("sysctl", "sudo-sysctl"):
             # iperf3 -w sets SO_SNDBUF/SO_RCVBUF on both ends (measure.py); the
             # kernel clamps it to rmem_max/wmem_max, which the record shows.
             yield {"method": "socket" if self.tune_mode == "socket" else "none", "window": nbytes}
             return
         from ..lab.iperf import BUF_KEYS as keys  # the same four the lab raises, in the same order
+        priv = ["sudo", "-n"] if self.tune_mode == "sudo-sysctl" else []
+        how = " ".join([*priv, "sysctl"])
         saved: dict[Endpoint, list[str]] = {}
         try:
             for h in hosts:
@@ -299,10 +301,10 @@ class SshRunner(Runner):
                 wmin, wdef, _ = vals[3].split()
                 new = [str(max(nbytes, int(vals[0]))), str(max(nbytes, int(vals[1]))),
                        f"{tmin} {tdef} {nbytes}", f"{wmin} {wdef} {nbytes}"]
-                res = self.run(h, ["sudo", "-n", "sysctl", "-q", "-w", *[f"{k}={v}" for k, v in zip(keys, new)]], 15)
+                res = self.run(h, [*priv, "sysctl", "-q", "-w", *[f"{k}={v}" for k, v in zip(keys, new)]], 15)
                 if res.rc != 0:
-                    raise GridsplitError(f"{h.name}: cannot raise buffers with sudo sysctl: {res.why()}")
-            yield {"method": "sudo-sysctl", "tcp_rmem_max": nbytes, "tcp_wmem_max": nbytes}
+                    raise GridsplitError(f"{h.name}: cannot raise buffers with {how}: {res.why()}")
+            yield {"method": self.tune_mode, "tcp_rmem_max": nbytes, "tcp_wmem_max": nbytes}
         finally:
             for h, vals in saved.items():
-                self.run(h, ["sudo", "-n", "sysctl", "-q", "-w", *[f"{k}={v}" for k, v in zip(keys, vals)]], 15)
+                self.run(h, [*priv, "sysctl", "-q", "-w", *[f"{k}={v}" for k, v in zip(keys, vals)]], 15)
