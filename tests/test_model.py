@@ -146,6 +146,8 @@ def test_grid_gather_pays_one_rendezvous_round_trip_not_one_per_sender():
     assert grid.gather_flat(linear(), wan, 4, 1_000_000) == pytest.approx((5 + 90 + 3 * 80) * MS)
     assert grid.bcast_flat(linear(), wan, 4, 1_000_000) == pytest.approx((4 * 90 + 5) * MS)  # one sender: handshakes in turn
     assert grid.wire_gap(wan, 1000) == pytest.approx(80 * US)  # eager: the senders' 10 us per message overlap too
+    flat = PLogP("flat", 5 * MS, [0, 1000, 2000], [0.0] * 3, [0.0] * 3, [1 * MS, 2 * MS, 2 * MS])  # no bandwidth
+    assert grid.wire_gap(flat, 1500) == pytest.approx(flat.g(1500))
 
 
 def test_models_cover_every_collalgo_algorithm():

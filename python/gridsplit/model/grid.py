@@ -31,6 +31,7 @@ the remote site use `lan` parameters. Each formula is the seed 002 one
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .collectives import best_segment, segments, select
@@ -45,8 +46,10 @@ def _hops(lan: PLogP, x: PLogP, n: int) -> list[PLogP]:
 
 def wire_gap(x: PLogP, m: int) -> float:
     """The gap at a receiver between m-byte messages of different senders: the
-    stream bandwidth's, never more than the one-sender gap g_X(m)."""
-    return min(x.g(m), m / x.bandwidth_Bps())
+    stream bandwidth's, never more than the one-sender gap g_X(m). Parameters whose
+    last two gaps are equal give no bandwidth; the one-sender gap is used then."""
+    bw = x.bandwidth_Bps()
+    return x.g(m) if not math.isfinite(bw) else min(x.g(m), m / bw)
 
 
 def gather_parts(x: PLogP, n: int, m: int) -> tuple[float, float]:

@@ -231,8 +231,8 @@ def analyse_bench(rows: list[dict[str, Any]], ps: ParamSet) -> dict[str, Any]:
     for mode in sorted({k[0] for k in groups}):
         lan, x = grid.paths(ps, mode)
         # The fixed part holds the barrier's crossing too (grid.bench_gather).
-        pts = [(n, x.L + grid.gather_parts(x, n, m)[0], grid.gather_parts(x, n, m)[1], statistics.median(v))
-               for (md, n, m), v in groups.items() if md == mode]
+        pts = [(n, x.L + a, b, statistics.median(v)) for (md, n, m), v in groups.items() if md == mode
+               for a, b in [grid.gather_parts(x, n, m)]]
         allk = grid.fit_kappa([p[1:] for p in pts])
         cv = {str(n): grid.fit_kappa([p[1:] for p in pts if p[0] != n]) if len({p[0] for p in pts}) > 1 else allk
               for n in sorted({p[0] for p in pts})}
