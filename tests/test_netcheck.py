@@ -338,7 +338,7 @@ def sshd_on_lab_hosts(wizard_lab, tmp_path):
                  "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp_path / f"{host}.pid")],
                 stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{host}.log").open("w")))
             for _ in range(50):
-                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", f"sport = :22"],
+                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", "sport = :22"],
                                     capture_output=True, text=True).stdout
                 if addr in ss:
                     break
