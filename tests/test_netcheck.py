@@ -327,16 +327,18 @@ def sshd_on_lab_hosts(wizard_lab, tmp_path):
     home.chmod(0o700)
     (home / ".ssh" / "authorized_keys").write_text((tmp_path / "id_ed25519.pub").read_text())
     (home / ".ssh" / "authorized_keys").chmod(0o600)
-    procs = []
+    procs, logs = [], []
     try:
         for host, addr in (("bordeaux-1", "10.71.1.1"), ("lyon-1", "10.71.2.1")):
             hostkey = tmp_path / f"{host}.key"
             subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(hostkey)], check=True, capture_output=True)
+            # -P: a pid file of our own, not dropbear's default in the host's /var/run.
             script = 'mount --bind "$1" /root && exec dropbear -F -E -s -m -p "$2:22" -r "$3" -P "$4"'
+            logs.append((tmp_path / f"{host}.log").open("w"))
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", f"{PREFIX}-{host}", "unshare", "--mount", "--propagation", "private",
                  "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp_path / f"{host}.pid")],
-                stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{host}.log").open("w")))
+                stdout=subprocess.DEVNULL, stderr=logs[-1]))
             for _ in range(50):
                 ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", "sport = :22"],
                                     capture_output=True, text=True).stdout
@@ -355,6 +357,8 @@ def sshd_on_lab_hosts(wizard_lab, tmp_path):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for f in logs:
+            f.close()
 
 
 @pytest.mark.lab
