@@ -435,6 +435,7 @@ def test_gateway_config_from_netcheck(tmp_path):
     links = tuning.gateway_links(json.loads(rep.read_text()), "rennes")
     nancy = links["nancy"]
     assert f"socket_buffer = {nancy['socket_buffer']}" in cp.stdout and f"pacing_bps = {nancy['pacing_bps']}" in cp.stdout
+    assert "sysctl -w net.ipv4.tcp_pacing_ss_ratio=1000" in cp.stdout  # the host settings gridsplitd expects
     cfg = tmp_path / "gw.toml"
     cfg.write_text(cp.stdout)
     gridsplitd = ROOT / "target" / "release" / "gridsplitd"

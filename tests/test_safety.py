@@ -35,3 +35,15 @@ def test_missing_build_says_make_build(monkeypatch, tmp_path):
 def test_bad_prefix():
     with pytest.raises(GridsplitError, match="lab prefix"):
         LabNames.from_env("Bad-Prefix")
+
+
+def test_lab_pacing_ratio_switch(monkeypatch):
+    """The gateway hosts' sysctls: gridsplit's by default, the kernel's pacing ratios on request, a clear refusal otherwise."""
+    monkeypatch.delenv("GRIDSPLIT_LAB_PACING_RATIO", raising=False)
+    tuned = realize.gateway_host_sysctls()
+    assert tuned["net.ipv4.tcp_pacing_ss_ratio"] == "1000" and tuned["net.ipv4.tcp_slow_start_after_idle"] == "0"
+    monkeypatch.setenv("GRIDSPLIT_LAB_PACING_RATIO", "kernel")
+    assert realize.gateway_host_sysctls() == {"net.ipv4.tcp_slow_start_after_idle": "0"}
+    monkeypatch.setenv("GRIDSPLIT_LAB_PACING_RATIO", "fast")
+    with pytest.raises(GridsplitError, match="give 'tuned'"):
+        realize.gateway_host_sysctls()

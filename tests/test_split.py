@@ -137,3 +137,18 @@ def test_lab_gateways_run_at_realtime_priority_below_the_delay_line(lab):
             out = subprocess.run(["chrt", "-p", task.name], text=True, capture_output=True).stdout
             if out:  # a thread may have exited meanwhile
                 assert "SCHED_FIFO" in out and "priority: 5" in out, out
+
+
+def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
+    """The gateway hosts carry the sysctls a real gateway host should have, and gridsplitd reads them back."""
+    from gridsplit.gateway import GATEWAY_HOST_SYSCTLS
+    for site in ("east", "west"):
+        for key, want in GATEWAY_HOST_SYSCTLS.items():
+            got = in_ns(f"{site}-gw", "sysctl", "-n", key).stdout.strip()
+            assert got == want, (site, key, got)
+        host = gw_status(site)["host"]
+        assert host == {"slow_start_after_idle": 0, "pacing_ss_ratio": 1000, "pacing_ca_ratio": 1000}, host
+        log = (state_dir() / f"gw-{site}.log").read_text()
+        assert "sysctl -w" not in log, log  # no advice: nothing is left at a slower value
+    # A node is an ordinary host: the kernel's ratio.
+    assert in_ns("east-1", "sysctl", "-n", "net.ipv4.tcp_pacing_ss_ratio").stdout.strip() == "200"

@@ -31,6 +31,21 @@ def pacing_bps(path_mbps: float) -> int:
     return int(path_mbps * 1e6 * 1500 / 1514 * 0.995)
 
 
+# What a gateway host's TCP needs that no socket option sets (gridsplitd
+# warns at start about each one left at the kernel's default, and shows them in
+# its status): the WAN link keeps its window across pauses, and a paced link
+# with a small window (fresh, or carrying only small messages) is not spaced at
+# a fraction of its cap. Linux paces at ratio x cwnd / srtt below the cap; at the
+# defaults (200 % / 120 %) four 1 KB messages leaving a fresh 10 ms link
+# together took 1.5 ms more (docs/architecture.md, "WAN pacing"). 1000 is the
+# kernel's maximum.
+GATEWAY_HOST_SYSCTLS = {
+    "net.ipv4.tcp_slow_start_after_idle": "0",
+    "net.ipv4.tcp_pacing_ss_ratio": "1000",
+    "net.ipv4.tcp_pacing_ca_ratio": "1000",
+}
+
+
 def gateway_host(topo: Topology, site: str):
     return next(h for h in topo.hosts() if h.role == "gateway" and h.site == site)
 
@@ -124,6 +139,8 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         if m is not None:
             lines += [f"socket_buffer = {m['socket_buffer']}", f'congestion = "{m["congestion"]}"']
         lines.append("")
+    lines += ["# This host's TCP settings for the WAN link (per network namespace; gridsplitd warns when they",
+              "# differ): " + "; ".join(f"sysctl -w {k}={v}" for k, v in GATEWAY_HOST_SYSCTLS.items()), ""]
     return "\n".join(lines) + "\n" + sites_toml(topo)
 
 

@@ -83,6 +83,11 @@ def render_status(st: dict, name: str) -> None:
                   f"window clamp {lan.get('window_clamp', 0)} B"
                   + (f"; LAN sockets paced at {lan['rate_bps'] / 1e6:.1f} Mb/s" if lan.get("rate_bps") else "")
                   + (f"; LAN minimum RTO {lan['rto_min_us']} µs" if lan.get("rto_min_us") else ""))
+    host = st.get("host") or {}
+    if host:
+        out.print(f"host TCP: slow start after idle {host.get('slow_start_after_idle', '?')}, pacing ratios "
+                  f"{host.get('pacing_ss_ratio', '?')} % (slow start) / {host.get('pacing_ca_ratio', '?')} % "
+                  "(congestion avoidance) of cwnd/RTT, under the link's pacing cap")
     t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "chunks aggregated", "cwnd", "RTT",
               "retrans", "RTO timeouts", "sndbuf/rcvbuf", "CC", title="WAN links")
     for link in st.get("links", []):

@@ -240,6 +240,14 @@ impl Config {
         self.sites.iter().find(|s| s.subnet.contains(ip))
     }
 
+    /// Whether some WAN link is paced by Linux's own rate rule (a pacing cap
+    /// under a congestion control other than BBR, which sets its own rate).
+    pub fn paced(&self) -> bool {
+        self.peers()
+            .map(|p| self.wan_params(&p.name))
+            .any(|p| p.pacing_bps > 0 && p.congestion != "bbr")
+    }
+
     pub fn wan_params(&self, peer: &str) -> &WanParams {
         self.links.get(peer).unwrap_or(&self.wan)
     }
@@ -828,6 +836,15 @@ gateway_wan = "10.71.2.254:7200"
         let p = c.wan_params("sophia");
         assert_eq!(p.congestion, "bbr");
         assert_eq!(p.bandwidth_bps, 1_000_000_000);
+    }
+
+    #[test]
+    fn paced_means_a_cap_that_linux_paces_below() {
+        assert!(!load(&sample("", "")).unwrap().paced());
+        let capped = "[[link]]\npeer = \"sophia\"\npacing_bps = 98000000\n";
+        assert!(load(&sample("", capped)).unwrap().paced());
+        let bbr = format!("{capped}congestion = \"bbr\"\n");
+        assert!(!load(&sample("", &bbr)).unwrap().paced());
     }
 
     #[test]

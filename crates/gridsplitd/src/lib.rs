@@ -109,6 +109,11 @@ impl Gateway {
         for w in warnings {
             warn!("WAN listener tuning: {w}");
         }
+        let host = tune::host_tcp();
+        info!(?host, "host TCP settings");
+        for advice in tune::host_advice(&host, cfg.paced()) {
+            warn!("{advice}");
+        }
         let lan = bind(cfg.lan_listen)
             .await
             .with_context(|| format!("cannot listen on lan_listen {}", cfg.lan_listen))?;

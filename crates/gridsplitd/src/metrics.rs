@@ -139,6 +139,7 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
             "window_clamp": shared.lan_windows.share.load(Ordering::Relaxed),
             "sockets_clamped": shared.lan_windows.sockets_clamped.load(Ordering::Relaxed),
         },
+        "host": crate::tune::host_tcp(),
         "counters": counters,
         "replies": by_status(&m.replies),
         "remote_opens": by_status(&m.remote_opens),

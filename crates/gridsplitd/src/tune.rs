@@ -93,6 +93,74 @@ pub fn autotune_max_rcvbuf() -> Option<usize> {
     text.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// Most a pacing ratio can be (the kernel's sysctl bound), and what we advise.
+pub const PACING_RATIO_MAX: u32 = 1000;
+
+/// The host's (network namespace's) TCP settings that shape the WAN link but that
+/// no socket option reaches. Shown in /status; `host_advice` warns about them.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HostTcp {
+    /// net.ipv4.tcp_slow_start_after_idle: 1 shrinks an idle link's window back
+    /// to the initial 10 segments, a new slow start after every pause.
+    pub slow_start_after_idle: Option<u32>,
+    /// net.ipv4.tcp_pacing_ss_ratio / tcp_pacing_ca_ratio (percent): a paced
+    /// socket sends at ratio × cwnd / srtt, capped by SO_MAX_PACING_RATE.
+    pub pacing_ss_ratio: Option<u32>,
+    pub pacing_ca_ratio: Option<u32>,
+}
+
+fn read_sysctl(name: &str) -> Option<u32> {
+    let path = format!("/proc/sys/net/ipv4/{name}");
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+pub fn host_tcp() -> HostTcp {
+    HostTcp {
+        slow_start_after_idle: read_sysctl("tcp_slow_start_after_idle"),
+        pacing_ss_ratio: read_sysctl("tcp_pacing_ss_ratio"),
+        pacing_ca_ratio: read_sysctl("tcp_pacing_ca_ratio"),
+    }
+}
+
+/// What in `h` slows the WAN links down, each with the command that fixes it.
+/// `paced`: some link has a pacing cap under a congestion control that leaves
+/// the rate to Linux (BBR sets its own, so the ratios do not apply to it).
+///
+/// Why the ratios matter: a pacing cap turns on Linux's internal pacing, and
+/// below the cap the rate is ratio × cwnd / srtt. A link that carries small
+/// messages never grows its window (it is application-limited), so with the
+/// defaults (200 % in slow start, 120 % after) a fresh link of 10 segments at
+/// 10 ms spaces its packets about 0.5 ms apart: four senders' 1 KB messages
+/// that reach the gateway together leave it over 1.5 ms. Measured in the lab:
+/// 4 × 1 KB gathers 12.3-12.9 ms split against 10.9 direct, and 11.2-11.3 with
+/// the ratios at 1000 % (docs/architecture.md, "WAN pacing"). Bulk transfers
+/// still run at the cap.
+pub fn host_advice(h: &HostTcp, paced: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if h.slow_start_after_idle == Some(1) {
+        out.push(
+            "net.ipv4.tcp_slow_start_after_idle = 1: an idle WAN link restarts from 10 segments; \
+             set it to 0 (sysctl -w net.ipv4.tcp_slow_start_after_idle=0)"
+                .to_string(),
+        );
+    }
+    if paced {
+        for (name, v) in [
+            ("tcp_pacing_ss_ratio", h.pacing_ss_ratio),
+            ("tcp_pacing_ca_ratio", h.pacing_ca_ratio),
+        ] {
+            if let Some(v) = v.filter(|&v| v < PACING_RATIO_MAX) {
+                out.push(format!(
+                    "net.ipv4.{name} = {v}: a WAN link with a small window paces small messages \
+                     far below its cap; set it to {PACING_RATIO_MAX} \
+                     (sysctl -w net.ipv4.{name}={PACING_RATIO_MAX})"
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// TCP_RTO_MIN_US and TCP_DELACK_MAX_US (Linux 6.15); the libc crate does not
 /// name them yet.
 const TCP_RTO_MIN_US: i32 = 45;
@@ -341,6 +409,35 @@ mod tests {
             ..WanParams::default()
         };
         assert_eq!(target_buffer(&fixed), 123_456);
+    }
+
+    #[test]
+    fn host_advice_names_each_slow_setting_and_its_fix() {
+        let defaults = HostTcp {
+            slow_start_after_idle: Some(1),
+            pacing_ss_ratio: Some(200),
+            pacing_ca_ratio: Some(120),
+        };
+        let a = host_advice(&defaults, true);
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert!(a[0].contains("sysctl -w net.ipv4.tcp_slow_start_after_idle=0"));
+        assert!(a[1].contains("sysctl -w net.ipv4.tcp_pacing_ss_ratio=1000"));
+        assert!(a[2].contains("tcp_pacing_ca_ratio = 120"));
+        // Unpaced links (or BBR's own pacing) do not care about the ratios.
+        assert_eq!(host_advice(&defaults, false).len(), 1);
+        let tuned = HostTcp {
+            slow_start_after_idle: Some(0),
+            pacing_ss_ratio: Some(1000),
+            pacing_ca_ratio: Some(1000),
+        };
+        assert!(host_advice(&tuned, true).is_empty());
+        // An unreadable sysctl (not Linux, no /proc) is no advice, not a guess.
+        let unknown = HostTcp {
+            slow_start_after_idle: None,
+            pacing_ss_ratio: None,
+            pacing_ca_ratio: None,
+        };
+        assert!(host_advice(&unknown, true).is_empty());
     }
 
     #[test]

@@ -324,9 +324,8 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             tc_batch(hns, [tbf_line(N.HOST_IF, site.nic_mbps, site.nic_queue_bytes, "nic")])
             extra = {"net.ipv4.tcp_no_metrics_save": "1"}
             if h.role == "gateway":
-                # The WAN link must keep its window across idle periods (no
-                # slow-start restart): one long-lived connection is the point.
-                extra["net.ipv4.tcp_slow_start_after_idle"] = "0"
+                # Tuned like a real gateway host (docs/deployment.md).
+                extra.update(gateway_host_sysctls())
             _sysctl(hns, {**site.tcp.sysctls(), **extra})
 
         ip_batch(rt, [f"addr add {site.router_ip}/24 dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
@@ -359,6 +358,19 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
     ip_batch(names.wan_ns, wan_lines)
     if wan_gro:
         in_ns(names.wan_ns, ["sh", "-c", " && ".join(wan_gro)])
+
+
+def gateway_host_sysctls() -> dict[str, str]:
+    """The gateway hosts' TCP settings: gateway.GATEWAY_HOST_SYSCTLS, as on a
+    real gateway host. GRIDSPLIT_LAB_PACING_RATIO=kernel leaves the pacing ratios
+    at the kernel's defaults (to measure what they change)."""
+    from ..gateway import GATEWAY_HOST_SYSCTLS
+    v = os.environ.get("GRIDSPLIT_LAB_PACING_RATIO", "tuned")
+    if v not in ("tuned", "kernel"):
+        raise GridsplitError(f"GRIDSPLIT_LAB_PACING_RATIO={v!r}: give 'tuned' (the default) or 'kernel'")
+    if v == "kernel":
+        return {k: x for k, x in GATEWAY_HOST_SYSCTLS.items() if "pacing" not in k}
+    return dict(GATEWAY_HOST_SYSCTLS)
 
 
 def gateway_rt_priority() -> int:
