@@ -213,7 +213,7 @@ def fig_strategies(summary: list[dict], outdir: Path) -> list[str]:
     out = []
     for op, impl in sorted({(s["op"], s["impl"]) for s in summary}):
         pts = sorted({(s["nodes"], s["size_bytes"]) for s in summary if (s["op"], s["impl"]) == (op, impl)})
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(pts) * len(variants)), 3.6))
+        fig, ax = plt.subplots(figsize=(min(14, max(6, 0.3 * len(pts) * len(variants))), 4))
         w = 0.8 / len(variants)
         for i, v in enumerate(variants):
             d = {(s["nodes"], s["size_bytes"]): s["ratio"] for s in summary
@@ -224,7 +224,7 @@ def fig_strategies(summary: list[dict], outdir: Path) -> list[str]:
                       rotation=60, fontsize=7)
         ax.set_ylabel("split / direct time")
         ax.set_title(f"{op}, {impl}: gateway variants (strategy, WAN congestion control, LAN tuning)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         out.append(_png(fig, outdir, f"strategies-{op}-{impl}.png"))
     return out
