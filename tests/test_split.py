@@ -146,7 +146,10 @@ def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
         for key, want in GATEWAY_HOST_SYSCTLS.items():
             got = in_ns(f"{site}-gw", "sysctl", "-n", key).stdout.strip()
             assert got == want, (site, key, got)
-        host = gw_status(site)["host"]
+        st = gw_status(site)
+        # The WAN socket's low-water mark: 5 ms of its 100 Mb/s path.
+        assert st["links"][0]["applied"][0]["notsent_lowat"] == 62500, st["links"][0]["applied"]
+        host = st["host"]
         assert host == {"slow_start_after_idle": 0, "pacing_ss_ratio": 1000, "pacing_ca_ratio": 1000}, host
         log = (state_dir() / f"gw-{site}.log").read_text()
         assert "sysctl -w" not in log, log  # no advice: nothing is left at a slower value

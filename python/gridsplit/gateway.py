@@ -119,6 +119,8 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         f"bandwidth_bps = {int(fastest * 1e6)}",
         "rtt_ms = 10.0",
         "nodelay = true",
+        "# notsent_lowat = 0: the WAN socket holds about 5 ms of its link unsent (from bandwidth_bps), so the",
+        "# strategy, not the kernel, decides what a small message waits behind (docs/architecture.md).",
         "",
     ]
     for w in peers:

@@ -89,7 +89,7 @@ def render_status(st: dict, name: str) -> None:
                   f"{host.get('pacing_ss_ratio', '?')} % (slow start) / {host.get('pacing_ca_ratio', '?')} % "
                   "(congestion avoidance) of cwnd/RTT, under the link's pacing cap")
     t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "chunks aggregated", "cwnd", "RTT",
-              "retrans", "RTO timeouts", "sndbuf/rcvbuf", "CC", title="WAN links")
+              "retrans", "RTO timeouts", "sndbuf/rcvbuf/lowat", "CC", title="WAN links")
     for link in st.get("links", []):
         tis = link.get("tcp_info") or [{}]
         ap = (link.get("applied") or [{}])[0]
@@ -100,7 +100,8 @@ def render_status(st: dict, name: str) -> None:
                   " ".join(f"{ti.get('rtt_us', 0) / 1000:.2f} ms" for ti in tis),
                   " ".join(str(ti.get("total_retrans", ti.get("retransmits", ""))) for ti in tis),
                   " ".join(str(ti.get("total_rto", ti.get("rto_timeouts", ""))) for ti in tis),
-                  f"{ap.get('sndbuf', '')}/{ap.get('rcvbuf', '')}", str(ap.get("congestion", "")))
+                  f"{ap.get('sndbuf', '')}/{ap.get('rcvbuf', '')}/{ap.get('notsent_lowat', '')}",
+                  str(ap.get("congestion", "")))
     out.print(t)
     flows = st.get("flows", [])
     if flows:

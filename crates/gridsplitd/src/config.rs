@@ -148,6 +148,9 @@ pub struct WanParams {
     pub socket_buffer: u64,
     /// 0 = no pacing cap.
     pub pacing_bps: u64,
+    /// TCP_NOTSENT_LOWAT of the WAN socket, bytes; 0 = derived from the
+    /// bandwidth (tune::target_lowat).
+    pub notsent_lowat: u64,
     pub nodelay: bool,
     /// Link liveness probe period; the link is declared dead after 5 silent periods.
     pub keepalive_ms: u64,
@@ -161,6 +164,7 @@ impl Default for WanParams {
             rtt_ms: 10.6,
             socket_buffer: 0,
             pacing_bps: 0,
+            notsent_lowat: 0,
             nodelay: true,
             keepalive_ms: 1000,
         }
@@ -371,6 +375,7 @@ struct RawWan {
     rtt_ms: Option<f64>,
     socket_buffer: Option<u64>,
     pacing_bps: Option<u64>,
+    notsent_lowat: Option<u64>,
     nodelay: Option<bool>,
     keepalive_ms: Option<u64>,
 }
@@ -386,6 +391,7 @@ impl RawWan {
             rtt_ms: self.rtt_ms.unwrap_or(base.rtt_ms),
             socket_buffer: self.socket_buffer.unwrap_or(base.socket_buffer),
             pacing_bps: self.pacing_bps.unwrap_or(base.pacing_bps),
+            notsent_lowat: self.notsent_lowat.unwrap_or(base.notsent_lowat),
             nodelay: self.nodelay.unwrap_or(base.nodelay),
             keepalive_ms: self.keepalive_ms.unwrap_or(base.keepalive_ms),
         }
@@ -747,6 +753,13 @@ fn check_wan(table: &str, w: &WanParams, file: &str) -> Result<(), ConfigError> 
             "socket_buffer",
             format!("{} is above 1 GiB", w.socket_buffer),
             "use 0 (derive from bandwidth × RTT) or a byte count ≤ 1073741824",
+        ));
+    }
+    if w.notsent_lowat > (1 << 30) {
+        return Err(err(
+            "notsent_lowat",
+            format!("{} is above 1 GiB", w.notsent_lowat),
+            "use 0 (derive from the bandwidth) or a byte count ≤ 1073741824",
         ));
     }
     if w.keepalive_ms < 50 || w.keepalive_ms > 600_000 {

@@ -32,6 +32,27 @@ pub fn target_buffer(p: &WanParams) -> usize {
     ((2.0 * bdp) as usize).clamp(MIN_BUFFER, 1 << 30)
 }
 
+/// Link time the kernel may hold unsent (TCP_NOTSENT_LOWAT), and the bounds of
+/// the byte count it gives.
+const LOWAT_TIME_S: f64 = 0.005;
+const LOWAT_MIN: usize = 16 * 1024;
+const LOWAT_MAX: usize = 4 << 20;
+
+/// TCP_NOTSENT_LOWAT for a WAN socket: about 5 ms of the link's bandwidth.
+///
+/// Why: the scheduling strategy can only choose what goes next among the bytes
+/// the kernel has not taken yet. Without a low-water mark the socket accepts a
+/// whole send buffer (2 × BDP) ahead of the wire, and a small message queued
+/// behind a bulk flow waits for all of it whatever the strategy. Five
+/// milliseconds keep the pipe fed across a writer's wake-up (the socket still
+/// has its cwnd in flight) while bounding that wait.
+pub fn target_lowat(p: &WanParams) -> usize {
+    if p.notsent_lowat > 0 {
+        return p.notsent_lowat as usize;
+    }
+    ((p.bandwidth_bps as f64 / 8.0 * LOWAT_TIME_S) as usize).clamp(LOWAT_MIN, LOWAT_MAX)
+}
+
 /// The values in force on a socket, as read back from the kernel.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Applied {
@@ -43,6 +64,8 @@ pub struct Applied {
     pub nodelay: bool,
     /// SO_MAX_PACING_RATE in bits/s; None when unlimited.
     pub pacing_bps: Option<u64>,
+    /// TCP_NOTSENT_LOWAT in bytes.
+    pub notsent_lowat: usize,
 }
 
 pub(crate) fn setsockopt_raw<T>(fd: &impl AsFd, level: i32, name: i32, val: T) -> io::Result<()> {
@@ -225,6 +248,10 @@ pub fn apply(fd: &impl AsFd, p: &WanParams) -> Vec<String> {
             warnings.push(format!("SO_MAX_PACING_RATE {}: {e}", p.pacing_bps));
         }
     }
+    let lowat = target_lowat(p).min(u32::MAX as usize) as libc::c_int;
+    if let Err(e) = setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, lowat) {
+        warnings.push(format!("TCP_NOTSENT_LOWAT {lowat}: {e}"));
+    }
     if let Err(e) = sock.set_tcp_nodelay(p.nodelay) {
         warnings.push(format!("TCP_NODELAY: {e}"));
     }
@@ -251,6 +278,8 @@ pub fn read_back(fd: &impl AsFd, p: &WanParams) -> Applied {
         pacing_bps: pacing
             .filter(|&v| v != u64::MAX && v != u32::MAX as u64)
             .map(|v| v * 8),
+        notsent_lowat: getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)
+            .map_or(0, |v| v as u32 as usize),
     }
 }
 
@@ -409,6 +438,41 @@ mod tests {
             ..WanParams::default()
         };
         assert_eq!(target_buffer(&fixed), 123_456);
+    }
+
+    #[test]
+    fn lowat_is_five_ms_of_the_link_within_bounds() {
+        let at = |bps: u64| {
+            target_lowat(&WanParams {
+                bandwidth_bps: bps,
+                ..WanParams::default()
+            })
+        };
+        assert_eq!(at(40_000_000), 25_000);
+        assert_eq!(at(1_000_000_000), 625_000);
+        assert_eq!(at(1_000_000), LOWAT_MIN);
+        assert_eq!(at(100_000_000_000), LOWAT_MAX);
+        let fixed = WanParams {
+            notsent_lowat: 12_345,
+            ..WanParams::default()
+        };
+        assert_eq!(target_lowat(&fixed), 12_345);
+    }
+
+    #[test]
+    fn apply_sets_the_low_water_mark_and_read_back_reports_it() {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let p = WanParams {
+            bandwidth_bps: 40_000_000,
+            ..WanParams::default()
+        };
+        let warnings = apply(&sock, &p);
+        assert!(
+            !warnings.iter().any(|w| w.contains("NOTSENT")),
+            "{warnings:?}"
+        );
+        assert_eq!(read_back(&sock, &p).notsent_lowat, 25_000);
     }
 
     #[test]

@@ -23,9 +23,10 @@ use crate::config::WanParams;
 use crate::tune::{self, Applied, TcpInfo};
 use crate::wire::{self, Frame, OutBuf};
 
-/// Bytes the writer may gather into one vectored write: large enough to amortise
+/// Most bytes the writer gathers into one vectored write: large enough to amortise
 /// the syscall, small enough that the scheduler keeps choosing what goes next
-/// (NewMadeleine's "one packet in flight, one ahead").
+/// (NewMadeleine's "one packet in flight, one ahead"). A slower link gathers
+/// less: one low-water mark's worth (`TcpTx::batch`).
 const WRITE_BATCH: usize = 256 * 1024;
 /// Read granularity on the WAN socket: a bulk flow's frames arrive a few hundred
 /// KiB at a time, and one read per block keeps syscalls per GB low.
@@ -182,6 +183,7 @@ impl WanConn for TcpConn {
         (
             TcpTx {
                 stream: stream.clone(),
+                batch: tune::target_lowat(&self.params).min(WRITE_BATCH),
             },
             TcpRx {
                 stream,
@@ -284,11 +286,17 @@ pub(crate) fn try_read_drain(
 
 pub struct TcpTx {
     stream: Arc<TcpStream>,
+    /// Bytes per write: what the socket takes at one wake-up (its TCP_NOTSENT_LOWAT,
+    /// tune::target_lowat), up to WRITE_BATCH. A writer committed to more would
+    /// wait for the link to drain it while holding the wire, and frames queued
+    /// meanwhile (a small message behind a bulk flow) would wait with it: at 40
+    /// Mb/s a 256 KiB batch is 51 ms.
+    batch: usize,
 }
 
 impl WanTxNow for TcpTx {
     fn room(&self) -> usize {
-        WRITE_BATCH
+        self.batch
     }
 
     fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool> {
