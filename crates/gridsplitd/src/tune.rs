@@ -248,7 +248,7 @@ pub fn apply(fd: &impl AsFd, p: &WanParams) -> Vec<String> {
             warnings.push(format!("SO_MAX_PACING_RATE {}: {e}", p.pacing_bps));
         }
     }
-    let lowat = target_lowat(p).min(u32::MAX as usize) as libc::c_int;
+    let lowat = target_lowat(p).min(i32::MAX as usize) as libc::c_int;
     if let Err(e) = setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, lowat) {
         warnings.push(format!("TCP_NOTSENT_LOWAT {lowat}: {e}"));
     }
