@@ -47,3 +47,14 @@ def test_lab_pacing_ratio_switch(monkeypatch):
     monkeypatch.setenv("GRIDSPLIT_LAB_PACING_RATIO", "fast")
     with pytest.raises(GridsplitError, match="give 'tuned'"):
         realize.gateway_host_sysctls()
+
+
+def test_lab_initrwnd_switch(monkeypatch):
+    """The gateway hosts' initial LAN window: one segment by default, the kernel's on request, a clear refusal otherwise."""
+    monkeypatch.delenv("GRIDSPLIT_LAB_INITRWND", raising=False)
+    assert realize.gateway_initrwnd() == 1
+    monkeypatch.setenv("GRIDSPLIT_LAB_INITRWND", "0")
+    assert realize.gateway_initrwnd() == 0
+    monkeypatch.setenv("GRIDSPLIT_LAB_INITRWND", "one")
+    with pytest.raises(GridsplitError, match="number of segments"):
+        realize.gateway_initrwnd()

@@ -153,5 +153,9 @@ def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
         assert host == {"slow_start_after_idle": 0, "pacing_ss_ratio": 1000, "pacing_ca_ratio": 1000}, host
         log = (state_dir() / f"gw-{site}.log").read_text()
         assert "sysctl -w" not in log, log  # no advice: nothing is left at a slower value
+        route = in_ns(f"{site}-gw", "ip", "route", "show", "10.71.0.0/16").stdout
+        lan = next(l for l in in_ns(f"{site}-gw", "ip", "route").stdout.splitlines() if "scope link" in l)
+        assert "initrwnd 1" in lan, lan  # new LAN connections start inside the incast budget
+        assert "initrwnd" not in route, route
     # A node is an ordinary host: the kernel's ratio.
     assert in_ns("east-1", "sysctl", "-n", "net.ipv4.tcp_pacing_ss_ratio").stdout.strip() == "200"

@@ -46,6 +46,16 @@ GATEWAY_HOST_SYSCTLS = {
 }
 
 
+# The initial receive window (segments) a gateway host offers its LAN peers, as
+# a route attribute (`ip route ... initrwnd 1` on the site subnet): the LAN
+# incast clamps apply once a connection is registered, but Linux never takes
+# back a window it has offered, and the handshake's default of 10 segments let
+# every sender of a job's first gather burst 10 segments into the port toward
+# the gateway (4 senders: 20-44 retransmissions and 1-2 timeouts each in a
+# 3-gather job; with 1 segment, none). Later gathers run inside the clamps.
+GATEWAY_LAN_INITRWND = 1
+
+
 def gateway_host(topo: Topology, site: str):
     return next(h for h in topo.hosts() if h.role == "gateway" and h.site == site)
 
@@ -142,7 +152,9 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
             lines += [f"socket_buffer = {m['socket_buffer']}", f'congestion = "{m["congestion"]}"']
         lines.append("")
     lines += ["# This host's TCP settings for the WAN link (per network namespace; gridsplitd warns when they",
-              "# differ): " + "; ".join(f"sysctl -w {k}={v}" for k, v in GATEWAY_HOST_SYSCTLS.items()), ""]
+              "# differ): " + "; ".join(f"sysctl -w {k}={v}" for k, v in GATEWAY_HOST_SYSCTLS.items()),
+              f"# and on the route to the site's LAN, {s.subnet}: initrwnd {GATEWAY_LAN_INITRWND} "
+              "(ip route change ... initrwnd 1; docs/deployment.md)", ""]
     return "\n".join(lines) + "\n" + sites_toml(topo)
 
 

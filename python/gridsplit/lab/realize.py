@@ -317,8 +317,11 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
         for h in [h for h in topo.hosts() if h.site == site.name]:
             hns = names.host_ns(h)
             cc = f"congctl {site.tcp.congestion}"
+            # A gateway host's LAN route offers new connections a one-segment
+            # initial window (docs/deployment.md, "initrwnd").
+            lan_cc = f"{cc} initrwnd {gateway_initrwnd()}" if h.role == "gateway" and gateway_initrwnd() else cc
             ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
-                           f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {cc}",
+                           f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_cc}",
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
             in_ns(hns, ["ethtool", "-K", N.HOST_IF, "tso", "off", "gso", "off", "gro", "off"])
             tc_batch(hns, [tbf_line(N.HOST_IF, site.nic_mbps, site.nic_queue_bytes, "nic")])
@@ -371,6 +374,17 @@ def gateway_host_sysctls() -> dict[str, str]:
     if v == "kernel":
         return {k: x for k, x in GATEWAY_HOST_SYSCTLS.items() if "pacing" not in k}
     return dict(GATEWAY_HOST_SYSCTLS)
+
+
+def gateway_initrwnd() -> int:
+    """Initial receive window, in segments, that a gateway host offers on its LAN
+    route (GATEWAY_LAN_INITRWND); GRIDSPLIT_LAB_INITRWND=0 leaves the kernel's
+    default (10 segments), to measure what it changes."""
+    from ..gateway import GATEWAY_LAN_INITRWND
+    v = os.environ.get("GRIDSPLIT_LAB_INITRWND", str(GATEWAY_LAN_INITRWND))
+    if not v.isdigit() or int(v) > 1000:
+        raise GridsplitError(f"GRIDSPLIT_LAB_INITRWND={v!r}: give a number of segments (0 = the kernel's default)")
+    return int(v)
 
 
 def gateway_rt_priority() -> int:
