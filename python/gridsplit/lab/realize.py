@@ -295,6 +295,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
         ip_batch(ns, ["link set lo up"])
         _sysctl(ns, NO_IPV6)
 
+    initrwnd = gateway_initrwnd()
     for site in topo.sites:
         progress(f"site {site.name}: switch, router, {site.nodes} node(s){' and a gateway' if site.gateway else ''}")
         sw, rt = names.switch_ns(site.name), names.router_ns(site.name)
@@ -319,7 +320,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             cc = f"congctl {site.tcp.congestion}"
             # A gateway host's LAN route offers new connections a one-segment
             # initial window (docs/deployment.md, "initrwnd").
-            lan_cc = f"{cc} initrwnd {gateway_initrwnd()}" if h.role == "gateway" and gateway_initrwnd() else cc
+            lan_cc = f"{cc} initrwnd {initrwnd}" if h.role == "gateway" and initrwnd else cc
             ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
                            f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_cc}",
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
