@@ -320,9 +320,9 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             cc = f"congctl {site.tcp.congestion}"
             # A gateway host's LAN route offers new connections a one-segment
             # initial window (docs/deployment.md, "initrwnd").
-            lan_cc = f"{cc} initrwnd {initrwnd}" if h.role == "gateway" and initrwnd else cc
+            lan_route = f"{cc} initrwnd {initrwnd}" if h.role == "gateway" and initrwnd else cc
             ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
-                           f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_cc}",
+                           f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_route}",
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
             in_ns(hns, ["ethtool", "-K", N.HOST_IF, "tso", "off", "gso", "off", "gro", "off"])
             tc_batch(hns, [tbf_line(N.HOST_IF, site.nic_mbps, site.nic_queue_bytes, "nic")])
