@@ -49,6 +49,17 @@ def test_lab_pacing_ratio_switch(monkeypatch):
         realize.gateway_host_sysctls()
 
 
+def test_lab_sub_segment_switch(monkeypatch):
+    """Sub-segment LAN windows: on by default, off on request, a clear refusal otherwise."""
+    monkeypatch.delenv("GRIDSPLIT_LAB_SUB_SEGMENT", raising=False)
+    assert realize.gateway_sub_segment() == "true"
+    monkeypatch.setenv("GRIDSPLIT_LAB_SUB_SEGMENT", "0")
+    assert realize.gateway_sub_segment() == "false"
+    monkeypatch.setenv("GRIDSPLIT_LAB_SUB_SEGMENT", "yes")
+    with pytest.raises(GridsplitError, match="give 1"):
+        realize.gateway_sub_segment()
+
+
 def test_lab_initrwnd_switch(monkeypatch):
     """The gateway hosts' initial LAN window: one segment by default, the kernel's on request, a clear refusal otherwise."""
     monkeypatch.delenv("GRIDSPLIT_LAB_INITRWND", raising=False)

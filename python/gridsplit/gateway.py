@@ -119,6 +119,8 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         "# The switch port toward this gateway holds window_budget payload bytes (buffer + LAN BDP);",
         "# LAN sockets' receive windows are clamped to share it; LAN timers (0 = Linux's defaults).",
         f"window_budget = {lan_window_budget(topo, site)}",
+        "# Shares under one segment for senders that can use them, rather than no clamps (collect/incast.rs).",
+        "sub_segment = true",
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_rto_min_us}",
         # rate_bps (pacing LAN writes) stays off: measured slower on the paper

@@ -188,6 +188,10 @@ pub struct LanParams {
     /// divided among LAN sockets as receive-window clamps (collect/incast.rs);
     /// 0 = off.
     pub window_budget: usize,
+    /// Whether receive-window shares may go below one segment for flows whose
+    /// senders can use them (collect/incast.rs), instead of lifting the clamps
+    /// when whole segments do not fit.
+    pub sub_segment: bool,
     /// TCP_RTO_MIN_US on LAN sockets: a LAN loss that only a timeout recovers
     /// costs this instead of Linux's 200 ms; 0 = the kernel's default.
     pub rto_min_us: u32,
@@ -333,17 +337,35 @@ struct RawLimits {
     max_frame: u64,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLan {
     #[serde(default)]
     window_budget: u64,
+    #[serde(default = "default_true")]
+    sub_segment: bool,
     #[serde(default)]
     rto_min_us: u64,
     #[serde(default)]
     delack_max_us: u64,
     #[serde(default)]
     rate_bps: u64,
+}
+
+impl Default for RawLan {
+    fn default() -> Self {
+        RawLan {
+            window_budget: 0,
+            sub_segment: true,
+            rto_min_us: 0,
+            delack_max_us: 0,
+            rate_bps: 0,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_per_flow() -> u64 {
@@ -708,6 +730,7 @@ fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
     }
     Ok(LanParams {
         window_budget: l.window_budget as usize,
+        sub_segment: l.sub_segment,
         rto_min_us: l.rto_min_us as u32,
         delack_max_us: l.delack_max_us as u32,
         rate_bps: l.rate_bps,

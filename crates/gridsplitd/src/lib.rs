@@ -125,8 +125,12 @@ impl Gateway {
 
         // Lifted clamps give what autotuning would have grown to.
         let ceiling = tune::autotune_max_rcvbuf().unwrap_or(cfg.limits.per_flow_buffer);
-        let lan_windows =
-            collect::incast::LanWindows::new(cfg.lan.window_budget, ceiling, cfg.lan.rate_bps);
+        let lan_windows = collect::incast::LanWindows::new(
+            cfg.lan.window_budget,
+            ceiling,
+            cfg.lan.sub_segment,
+            cfg.lan.rate_bps,
+        );
         let shared = Arc::new(Shared {
             cfg,
             metrics: Metrics::default(),

@@ -133,11 +133,13 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
         },
         "lan": {
             "window_budget": shared.cfg.lan.window_budget,
+            "sub_segment": shared.cfg.lan.sub_segment,
             "rto_min_us": shared.cfg.lan.rto_min_us,
             "delack_max_us": shared.cfg.lan.delack_max_us,
             "rate_bps": shared.cfg.lan.rate_bps,
             "window_clamp": shared.lan_windows.share.load(Ordering::Relaxed),
             "sockets_clamped": shared.lan_windows.sockets_clamped.load(Ordering::Relaxed),
+            "sockets_sub_segment": shared.lan_windows.sockets_sub_segment.load(Ordering::Relaxed),
         },
         "host": crate::tune::host_tcp(),
         "counters": counters,

@@ -375,6 +375,12 @@ pub struct TcpInfo {
     pub unacked: u32,
     /// The window the peer advertises (bytes).
     pub snd_wnd: u32,
+    /// The bound on the window this end advertises (bytes; grows as data arrives).
+    pub rcv_ssthresh: u32,
+    /// The window this end last advertised (bytes; Linux >= 6.7, else None).
+    pub rcv_wnd: Option<u32>,
+    /// The unit this end's advertised window is rounded to (1 << its window scale).
+    pub rcv_window_unit: u32,
 }
 
 pub fn tcp_info(fd: &impl AsFd) -> io::Result<TcpInfo> {
@@ -394,6 +400,7 @@ pub fn tcp_info(fd: &impl AsFd) -> io::Result<TcpInfo> {
         return Err(io::Error::last_os_error());
     }
     let has_rto = len as usize >= std::mem::offset_of!(RawTcpInfo, total_rto_time);
+    let has_rcv_wnd = len as usize >= std::mem::offset_of!(RawTcpInfo, rehash);
     let r = raw;
     Ok(TcpInfo {
         state: r.state,
@@ -417,6 +424,11 @@ pub fn tcp_info(fd: &impl AsFd) -> io::Result<TcpInfo> {
         notsent_bytes: r.notsent_bytes,
         unacked: r.unacked,
         snd_wnd: r.snd_wnd,
+        rcv_ssthresh: r.rcv_ssthresh,
+        rcv_wnd: has_rcv_wnd.then_some(r.rcv_wnd),
+        // struct tcp_info's bitfields: tcpi_snd_wscale in the low nibble,
+        // tcpi_rcv_wscale in the high one.
+        rcv_window_unit: 1 << (r.wscale >> 4),
     })
 }
 

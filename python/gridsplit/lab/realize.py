@@ -388,6 +388,16 @@ def gateway_initrwnd() -> int:
     return int(v)
 
 
+def gateway_sub_segment() -> str:
+    """Whether the lab's gateways give narrow LAN flows sub-segment windows
+    (`[lan] sub_segment`, the default); GRIDSPLIT_LAB_SUB_SEGMENT=0 lifts the
+    clamps instead when whole segments do not fit, to measure what it changes."""
+    v = os.environ.get("GRIDSPLIT_LAB_SUB_SEGMENT", "1")
+    if v not in ("0", "1"):
+        raise GridsplitError(f"GRIDSPLIT_LAB_SUB_SEGMENT={v!r}: give 1 (the default) or 0")
+    return "true" if v == "1" else "false"
+
+
 def gateway_rt_priority() -> int:
     """SCHED_FIFO priority of the lab's gridsplitd processes (0: normal scheduling).
 
@@ -415,7 +425,7 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"
-        cfg.write_text(gateway_toml(topo, site, str(psk)))
+        cfg.write_text(gateway_toml(topo, site, str(psk)).replace("sub_segment = true", f"sub_segment = {gateway_sub_segment()}"))
         log = open(names.state_dir / f"gw-{site}.log", "w")
         ns = names.host_ns(f"{site}-gw")
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config", str(cfg)],

@@ -11,20 +11,34 @@
 //! buffer plus the LAN's bandwidth-delay product) among the open LAN sockets and
 //! clamps each one's advertised window to its share with TCP_WINDOW_CLAMP.
 //!
-//! A share never goes below one segment: a Linux sender does not send into a
-//! window smaller than its MSS, so it would stop and wait for a zero-window
-//! probe (an RTO away). One segment is enough to keep a flow moving: the
-//! gateway reads at once, and the window update leaves with the next ACK.
-//! Measured on the paper grid (budget 23.6 KB, so up to 16 flows at one segment;
-//! Open MPI, 3 alternating rounds, split/direct medians), a floor of one segment
-//! against two: 12 x 10K 0.89 vs 1.41, 12 x 100K 0.86 vs 1.41 (one round 5.8:
-//! timeouts remain), 16 x 100K 0.78 vs 1.10, 1 MB 0.96-0.97 vs 0.91-0.94
-//! (results/bench/2026-11-22-incast-floor-ab). With more flows
-//! than that, no division fits the port, and windows that do not fit did worse
-//! than none (two segments at 12 flows, before the floor was lowered): each
-//! loss is then a tail loss that only a timeout recovers, while TCP's own wider
-//! windows recover by fast retransmit. So an overcommitted budget lifts the
-//! clamps (to `ceiling`) and leaves those flows to TCP.
+//! A flow's share is normally whole segments, at least one: a Linux sender
+//! does not send a segment larger than the window, so a window under its
+//! segment size stops it until a zero-window probe (200 ms and more) gets an
+//! answer. One segment is enough to keep a flow moving: the gateway reads at
+//! once, and the window update leaves with the next ACK. Measured on the paper
+//! grid (budget 23.6 KB, so up to 16 flows at one segment; Open MPI, 3
+//! alternating rounds, split/direct medians), a floor of one segment against
+//! two: 12 x 10K 0.89 vs 1.41, 12 x 100K 0.86 vs 1.41, 16 x 100K 0.78 vs 1.10,
+//! 1 MB 0.96-0.97 vs 0.91-0.94 (results/bench/2026-11-22-incast-floor-ab).
+//!
+//! With more flows than whole segments fit, shares go below a segment where
+//! the sender can still use them. A Linux sender's segment size is at most
+//! half the widest window it has ever been offered (tcp_bound_to_half_wnd), so
+//! a flow that was never offered more than 2w bytes sends segments of at most
+//! w and can use a window of w. The gateway host offers new LAN connections one
+//! segment (`initrwnd 1`, docs/deployment.md), so a flow that has carried
+//! little data is such a "narrow" flow: 20 senders of the paper grid send
+//! 768-byte segments into 1152-byte windows, and their 16.7 KB fit the port. The
+//! registry follows each socket's widest offer (tcp_info's rcv_ssthresh and
+//! rcv_wnd); "wide" flows keep one whole segment and the narrow ones share
+//! what is left (`divide`). A/B at 20 senders, where the clamps used to be
+//! lifted: results/bench/2026-11-22-submss-ab.
+//!
+//! When not even that fits, no division fits the port, and windows that do not
+//! fit did worse than none (two segments at 12 flows, before the floor was
+//! lowered): each loss is then a tail loss that only a timeout recovers, while
+//! TCP's own wider windows recover by fast retransmit. So an overcommitted
+//! budget lifts the clamps (to `ceiling`) and leaves those flows to TCP.
 //!
 //! The other direction has a milder form of the problem: what the gateway writes
 //! to a LAN host leaves its NIC in bursts that pile up in the host's switch port.
@@ -44,14 +58,30 @@ use std::sync::{Arc, Mutex, Weak};
 use socket2::SockRef;
 use tokio::net::TcpStream;
 
-/// Segments a share never goes below (see the module comment).
+/// Segments a whole-segment share never goes below (see the module comment).
 const FLOOR_SEGMENTS: usize = 1;
+/// The smallest sub-segment share: the window Linux keeps at its smallest
+/// receive buffer (SOCK_MIN_RCVBUF), measured on 6.18; a smaller share would be
+/// advertised as this anyway, and the budget would not hold.
+const MIN_SUB_SEGMENT: usize = 1152;
 /// The MSS assumed when the kernel does not report one.
 const DEFAULT_MSS: usize = 1448;
 /// How often drifted clamps are put back: Linux resets one when the receive
 /// side's overhead ratio changes, which happens in a connection's first round
 /// trips; a few milliseconds is well inside a gather's first burst.
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
+/// Bytes a socket carries before it may be offered more than YOUNG_WINDOW.
+const YOUNG_BYTES: u64 = 64 << 10;
+/// The widest share a socket gets until it has carried YOUNG_BYTES. A flow
+/// offered more while few flows were open (so shares were wide) sends full
+/// segments for good, and then needs a whole segment once many flows share the
+/// port. An MPI job opens its connections over its start-up, which takes
+/// hundreds of milliseconds with many ranks, and the first ones carry small
+/// messages (barriers, handshakes) while they are alone: a cap for their first
+/// 20 ms still left every flow of a 20-sender gather wide in some runs. Twice the
+/// smallest sub-segment share keeps such flows narrow; a bulk flow pays it for
+/// its first YOUNG_BYTES only.
+const YOUNG_WINDOW: usize = 2 * MIN_SUB_SEGMENT;
 
 pub struct LanWindows {
     /// Bytes in flight toward the gateway that its LAN port holds without loss;
@@ -59,19 +89,42 @@ pub struct LanWindows {
     budget: usize,
     /// The window of every socket while the budget is overcommitted.
     ceiling: usize,
+    /// Whether shares may go below one segment for narrow flows.
+    sub_segment: bool,
     /// A LAN host's port rate (bits/s, as Linux paces: IP bytes); 0 = no pacing.
     rate_bps: u64,
     sockets: Mutex<Registry>,
-    /// The share last applied (bytes), for /status.
+    /// The smallest share last applied (bytes), for /status.
     pub share: AtomicU64,
-    /// Sockets the last share was applied to, for /status.
+    /// Sockets the last division was applied to, for /status.
     pub sockets_clamped: AtomicU64,
+    /// Of those, sockets holding a share under one segment, for /status.
+    pub sockets_sub_segment: AtomicU64,
 }
 
 #[derive(Default)]
 struct Registry {
     next: u64,
-    live: HashMap<u64, Weak<TcpStream>>,
+    live: HashMap<u64, Entry>,
+}
+
+struct Entry {
+    socket: Weak<TcpStream>,
+    /// Whether it has carried YOUNG_BYTES (until then it stays narrow).
+    grown: bool,
+    /// The widest window this socket may have offered its sender, rounded up
+    /// to its window unit: what bounds the sender's segment size.
+    widest: usize,
+    /// The share last applied and the clamp the kernel then reported, to tell
+    /// a drifted clamp from one the kernel rounded.
+    applied: Option<(usize, usize)>,
+}
+
+/// A socket as `divide` sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    pub mss: usize,
+    pub widest: usize,
 }
 
 /// Keeps a socket in the budget's division; dropping it gives its share back.
@@ -85,20 +138,91 @@ impl Drop for Registration {
         if let Some(id) = self.id {
             let mut reg = self.windows.sockets.lock().unwrap();
             reg.live.remove(&id);
-            self.windows.rebalance(&mut reg);
+            self.windows.apply(&mut reg);
         }
     }
 }
 
+/// Divides `budget` among `flows`, as receive-window shares (see the module
+/// comment): whole segments when each flow's even share holds one; else one
+/// segment for wide flows and an equal sub-segment share for narrow ones, if
+/// that is at least MIN_SUB_SEGMENT; else (or without `sub_segment`) `ceiling`
+/// for the flows that cannot have a whole segment.
+pub fn divide(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow]) -> Vec<usize> {
+    let n = flows.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let even = budget / n;
+    if flows.iter().all(|f| even >= FLOOR_SEGMENTS * f.mss) {
+        // Whole segments: the remainder of a share would go out as a second,
+        // short packet per flow, whose header the budget does not count (12
+        // flows at 1965 B each is 25.2 KB on the wire for a 25 KB port).
+        return flows.iter().map(|f| even / f.mss * f.mss).collect();
+    }
+    let lifted = || {
+        flows
+            .iter()
+            .map(|f| {
+                if even >= FLOOR_SEGMENTS * f.mss {
+                    even / f.mss * f.mss
+                } else {
+                    ceiling
+                }
+            })
+            .collect()
+    };
+    if !sub_segment {
+        return lifted();
+    }
+    // Wide flows take a segment each, which lowers the narrow flows' share,
+    // which can make more flows wide: iterate to the fixed point (the wide set
+    // only grows, so this ends within n rounds).
+    let mut sub = even;
+    loop {
+        let (mut taken, mut narrow) = (0usize, 0usize);
+        for f in flows {
+            if f.widest > 2 * sub {
+                taken += f.mss;
+            } else {
+                narrow += 1;
+            }
+        }
+        let Some(rest) = budget.checked_sub(taken) else {
+            return lifted();
+        };
+        let next = rest.checked_div(narrow).unwrap_or(sub);
+        if next >= sub {
+            break;
+        }
+        sub = next;
+    }
+    if sub < MIN_SUB_SEGMENT {
+        return lifted();
+    }
+    flows
+        .iter()
+        .map(|f| {
+            if f.widest > 2 * sub {
+                f.mss
+            } else {
+                sub.min(f.mss)
+            }
+        })
+        .collect()
+}
+
 impl LanWindows {
-    pub fn new(budget: usize, ceiling: usize, rate_bps: u64) -> Arc<Self> {
+    pub fn new(budget: usize, ceiling: usize, sub_segment: bool, rate_bps: u64) -> Arc<Self> {
         Arc::new(LanWindows {
             budget,
             ceiling: ceiling.max(budget),
+            sub_segment,
             rate_bps,
             sockets: Mutex::new(Registry::default()),
             share: AtomicU64::new(0),
             sockets_clamped: AtomicU64::new(0),
+            sockets_sub_segment: AtomicU64::new(0),
         })
     }
 
@@ -119,21 +243,28 @@ impl LanWindows {
         let mut reg = self.sockets.lock().unwrap();
         let id = reg.next;
         reg.next += 1;
-        reg.live.insert(id, Arc::downgrade(s));
-        self.rebalance(&mut reg);
+        reg.live.insert(
+            id,
+            Entry {
+                socket: Arc::downgrade(s),
+                grown: false,
+                widest: 0,
+                applied: None,
+            },
+        );
+        if self.rate_bps > 0 {
+            self.pace(s);
+        }
+        self.apply(&mut reg);
         Registration {
             windows: self.clone(),
             id: Some(id),
         }
     }
 
-    fn rebalance(&self, reg: &mut Registry) {
-        self.apply(reg, false);
-    }
-
-    /// Re-applies drifted clamps every TICK while the gateway runs (see `clamp`
-    /// for why they drift). Costs one getsockopt per socket per tick when
-    /// nothing drifted.
+    /// Re-divides every TICK while the gateway runs: clamps drift (see `clamp`)
+    /// and flows widen as they carry data. Costs two getsockopt calls per socket
+    /// per tick when nothing changed.
     pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
         if self.budget == 0 {
             return;
@@ -147,70 +278,83 @@ impl LanWindows {
             }
             let mut reg = self.sockets.lock().unwrap();
             if !reg.live.is_empty() {
-                self.apply(&mut reg, true);
+                self.apply(&mut reg);
             }
         }
     }
 
-    /// Gives every socket its share: budget / sockets if that is at least one
-    /// segment, else `ceiling` (overcommitted: see the module comment).
-    /// With `drifted_only`, touches only sockets whose clamp is no longer it.
-    fn apply(&self, reg: &mut Registry, drifted_only: bool) {
-        reg.live.retain(|_, w| w.strong_count() > 0);
-        let n = reg.live.len();
-        if n == 0 {
-            self.sockets_clamped.store(0, Ordering::Relaxed);
-            return;
-        }
-        let even = self.budget / n;
-        let mut applied = 0;
-        let live: Vec<_> = reg.live.values().filter_map(Weak::upgrade).collect();
-        if self.rate_bps > 0 && !drifted_only {
-            self.pace(&live);
-        }
+    /// Updates each socket's widest offer, divides the budget (`divide`) and
+    /// clamps the sockets whose share changed or whose clamp drifted.
+    fn apply(&self, reg: &mut Registry) {
         if self.budget == 0 {
             return;
         }
-        for s in live {
-            let mss = SockRef::from(&*s)
-                .tcp_mss()
-                .ok()
-                .filter(|&m| m > 0)
-                .map_or(DEFAULT_MSS, |m| m as usize);
-            // Whole segments: the remainder of a share would go out as a second,
-            // short packet per flow, whose header the budget does not count (12
-            // flows at 1965 B each is 25.2 KB on the wire for a 25 KB port).
-            let share = if even >= FLOOR_SEGMENTS * mss {
-                even / mss * mss
-            } else {
-                self.ceiling
-            };
-            if drifted_only && window_clamp(&s).is_ok_and(|w| w == share) {
-                applied += 1;
-                continue;
+        reg.live.retain(|_, e| e.socket.strong_count() > 0);
+        let mut live: Vec<(&mut Entry, Arc<TcpStream>)> = reg
+            .live
+            .values_mut()
+            .filter_map(|e| e.socket.upgrade().map(|s| (e, s)))
+            .collect();
+        let flows: Vec<Flow> = live
+            .iter_mut()
+            .map(|(e, s)| {
+                let mss = SockRef::from(&**s)
+                    .tcp_mss()
+                    .ok()
+                    .filter(|&m| m > 0)
+                    .map_or(DEFAULT_MSS, |m| m as usize);
+                if let Ok(i) = crate::tune::tcp_info(&**s) {
+                    e.grown |= i.bytes_received >= YOUNG_BYTES;
+                    let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
+                    let unit = i.rcv_window_unit.max(1) as usize;
+                    e.widest = e.widest.max(offered.div_ceil(unit) * unit);
+                }
+                Flow {
+                    mss,
+                    widest: e.widest,
+                }
+            })
+            .collect();
+        let mut shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
+        if self.sub_segment {
+            for ((e, _), share) in live.iter().zip(shares.iter_mut()) {
+                if !e.grown {
+                    *share = (*share).min(YOUNG_WINDOW);
+                }
             }
+        }
+        let (mut applied, mut sub, mut smallest) = (0u64, 0u64, usize::MAX);
+        for ((e, s), (f, &share)) in live.iter_mut().zip(flows.iter().zip(&shares)) {
+            let current = window_clamp(s).ok();
+            let unchanged = matches!(e.applied, Some((a, k)) if a == share && current == Some(k));
             // A closing socket may refuse; it leaves the division on its own.
-            if clamp(&s, share).is_ok() {
+            if unchanged || clamp(s, share).is_ok() {
+                if !unchanged {
+                    e.applied = window_clamp(s).ok().map(|k| (share, k));
+                }
                 applied += 1;
-                self.share.store(share as u64, Ordering::Relaxed);
+                sub += u64::from(share < f.mss);
+                smallest = smallest.min(share);
             }
         }
         self.sockets_clamped.store(applied, Ordering::Relaxed);
+        self.sockets_sub_segment.store(sub, Ordering::Relaxed);
+        if applied > 0 {
+            self.share.store(smallest as u64, Ordering::Relaxed);
+        }
     }
 }
 
 impl LanWindows {
-    /// Paces every socket at its host's port rate.
-    fn pace(&self, live: &[Arc<TcpStream>]) {
-        for s in live {
-            // Best effort, as for the clamp: a closing socket may refuse.
-            let _ = crate::tune::setsockopt_raw(
-                &**s,
-                libc::SOL_SOCKET,
-                libc::SO_MAX_PACING_RATE,
-                self.rate_bps / 8,
-            );
-        }
+    /// Paces a socket at its host's port rate.
+    fn pace(&self, s: &TcpStream) {
+        // Best effort, as for the clamp: a closing socket may refuse.
+        let _ = crate::tune::setsockopt_raw(
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            self.rate_bps / 8,
+        );
     }
 }
 
@@ -261,7 +405,7 @@ mod tests {
     #[tokio::test]
     async fn shares_follow_the_number_of_open_sockets() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(1_200_000, 4 << 20, 0);
+        let w = LanWindows::new(1_200_000, 4 << 20, false, 0);
         let (a, _ca) = pair(&l).await;
         let ra = w.register(&a);
         // Shares are whole segments (loopback's MSS is large: 64 KB or so).
@@ -287,10 +431,113 @@ mod tests {
         assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 2);
     }
 
+    const NARROW: Flow = Flow {
+        mss: 1448,
+        widest: 1536,
+    };
+    const WIDE: Flow = Flow {
+        mss: 1448,
+        widest: 64 << 10,
+    };
+
+    #[test]
+    fn whole_segments_while_they_fit() {
+        assert_eq!(divide(23_600, 1 << 20, true, &[NARROW; 4]), vec![5792; 4]);
+        assert_eq!(divide(23_600, 1 << 20, true, &[WIDE; 16]), vec![1448; 16]);
+        assert!(divide(23_600, 1 << 20, true, &[]).is_empty());
+    }
+
+    /// The paper grid's 20 senders: the flow that carried data alone keeps a
+    /// segment, the narrow ones share the rest below a segment.
+    #[test]
+    fn narrow_flows_get_sub_segment_shares_and_wide_ones_a_segment() {
+        let mut flows = vec![NARROW; 20];
+        flows[0] = WIDE;
+        let shares = divide(23_600, 1 << 20, true, &flows);
+        assert_eq!(shares[0], 1448);
+        let sub = (23_600 - 1448) / 19;
+        assert!(shares[1..].iter().all(|&s| s == sub), "{shares:?}");
+        assert!(shares.iter().sum::<usize>() <= 23_600);
+        // Without sub-segment shares, the clamps are lifted.
+        assert_eq!(divide(23_600, 1 << 20, false, &flows), vec![1 << 20; 20]);
+    }
+
+    /// A flow offered more than twice the narrow share sends segments too big
+    /// for it, so it takes a segment, which can push others over the line.
+    #[test]
+    fn flows_too_wide_for_the_share_take_a_segment_until_it_settles() {
+        // Narrow at the even share (1200), too wide once WIDE took its segment
+        // (1186), and the share settles at 1172.
+        let mid = Flow {
+            mss: 1448,
+            widest: 2390,
+        };
+        let mut flows = vec![NARROW; 18];
+        flows.push(mid);
+        flows.push(WIDE);
+        let shares = divide(24_000, 1 << 20, true, &flows);
+        assert_eq!(&shares[18..], &[1448, 1448]);
+        let sub = (24_000 - 2 * 1448) / 18;
+        assert!(shares[..18].iter().all(|&s| s == sub), "{shares:?}");
+    }
+
+    #[test]
+    fn shares_below_the_kernels_smallest_window_lift_the_clamps() {
+        assert_eq!(
+            divide(23_600, 1 << 20, true, &[NARROW; 21]),
+            vec![1 << 20; 21]
+        );
+        // Too many wide flows for a segment each.
+        assert_eq!(
+            divide(23_600, 1 << 20, true, &[WIDE; 17]),
+            vec![1 << 20; 17]
+        );
+    }
+
+    /// New sockets stay narrow until they have carried YOUNG_BYTES.
+    #[tokio::test]
+    async fn young_sockets_are_held_narrow() {
+        use tokio::io::AsyncWriteExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = LanWindows::new(1_200_000, 4 << 20, true, 0);
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(w.clone().maintain(stop.clone()));
+        let (a, mut ca) = pair(&l).await;
+        let _ra = w.register(&a);
+        assert_eq!(window_clamp(&a), YOUNG_WINDOW);
+        tokio::time::sleep(4 * TICK).await;
+        assert_eq!(
+            window_clamp(&a),
+            YOUNG_WINDOW,
+            "time alone does not grow it"
+        );
+        let reader = tokio::spawn({
+            let a = a.clone();
+            async move {
+                let mut buf = vec![0u8; YOUNG_BYTES as usize];
+                let mut got = 0;
+                while got < buf.len() {
+                    a.readable().await.unwrap();
+                    if let Ok(n) = a.try_read(&mut buf[got..]) {
+                        got += n;
+                    }
+                }
+            }
+        });
+        ca.write_all(&vec![1u8; YOUNG_BYTES as usize])
+            .await
+            .unwrap();
+        reader.await.unwrap();
+        tokio::time::sleep(4 * TICK).await;
+        let mss = SockRef::from(&*a).tcp_mss().unwrap() as usize;
+        assert_eq!(window_clamp(&a), 1_200_000 / mss * mss);
+        stop.cancel();
+    }
+
     #[tokio::test]
     async fn an_overcommitted_budget_lifts_the_clamps() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(8_000, 1 << 20, 0);
+        let w = LanWindows::new(8_000, 1 << 20, false, 0);
         let mut keep = Vec::new();
         for _ in 0..4 {
             let (s, c) = pair(&l).await;
@@ -311,7 +558,7 @@ mod tests {
     async fn the_window_stays_clamped_under_load() {
         use tokio::io::AsyncWriteExt;
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(300_000, 4 << 20, 0);
+        let w = LanWindows::new(300_000, 4 << 20, false, 0);
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(w.clone().maintain(stop.clone()));
         let (s, mut c) = pair(&l).await;
@@ -353,7 +600,7 @@ mod tests {
     #[tokio::test]
     async fn sockets_are_paced_at_the_port_rate() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(0, 4 << 20, 300_000_000);
+        let w = LanWindows::new(0, 4 << 20, true, 300_000_000);
         let pacing = |s: &TcpStream| {
             crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap()
                 as u32
@@ -376,7 +623,7 @@ mod tests {
     #[tokio::test]
     async fn off_leaves_sockets_alone() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let w = LanWindows::new(0, 4 << 20, 0);
+        let w = LanWindows::new(0, 4 << 20, true, 0);
         let (a, _ca) = pair(&l).await;
         let before = window_clamp(&a);
         let _r = w.register(&a);
