@@ -149,6 +149,7 @@ def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
         st = gw_status(site)
         # The WAN socket's low-water mark: 5 ms of its 100 Mb/s path.
         assert st["links"][0]["applied"][0]["notsent_lowat"] == 62500, st["links"][0]["applied"]
+        assert st["lan"]["sub_segment"] is True, st["lan"]  # the lab runs the gateway's defaults
         host = st["host"]
         assert host == {"slow_start_after_idle": 0, "pacing_ss_ratio": 1000, "pacing_ca_ratio": 1000}, host
         log = (state_dir() / f"gw-{site}.log").read_text()
@@ -159,3 +160,17 @@ def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
         assert "initrwnd" not in route, route
     # A node is an ordinary host: the kernel's ratio.
     assert in_ns("east-1", "sysctl", "-n", "net.ipv4.tcp_pacing_ss_ratio").stdout.strip() == "200"
+
+
+def test_gateway_status_tells_sub_segment_windows(capsys):
+    """`gateway status` says how many LAN sockets hold windows under one segment, and when that is off."""
+    from gridsplit.gwcli import render_status
+    lan = {"window_budget": 23591, "sockets_clamped": 20, "window_clamp": 1179, "sockets_sub_segment": 19,
+           "sub_segment": True}
+    render_status({"site": "b", "counters": {}, "lan": lan}, "b")
+    said = lambda: " ".join(capsys.readouterr().out.split())  # noqa: E731 (rich wraps at 80 columns)
+    first = said()
+    assert "smallest window clamp 1179 B (19 under one segment)" in first, first[:400]
+    render_status({"site": "b", "counters": {}, "lan": dict(lan, sockets_sub_segment=0, sub_segment=False)}, "b")
+    line = said()
+    assert "under one segment" not in line and "sub-segment windows off" in line

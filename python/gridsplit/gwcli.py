@@ -80,7 +80,9 @@ def render_status(st: dict, name: str) -> None:
     lan = st.get("lan") or {}
     if lan.get("window_budget"):
         out.print(f"LAN incast control: budget {lan['window_budget']} B over {lan.get('sockets_clamped', 0)} sockets, "
-                  f"window clamp {lan.get('window_clamp', 0)} B"
+                  f"smallest window clamp {lan.get('window_clamp', 0)} B"
+                  + (f" ({lan['sockets_sub_segment']} under one segment)" if lan.get("sockets_sub_segment") else "")
+                  + ("" if lan.get("sub_segment", True) else "; sub-segment windows off")
                   + (f"; LAN sockets paced at {lan['rate_bps'] / 1e6:.1f} Mb/s" if lan.get("rate_bps") else "")
                   + (f"; LAN minimum RTO {lan['rto_min_us']} µs" if lan.get("rto_min_us") else ""))
     host = st.get("host") or {}
