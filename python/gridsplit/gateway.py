@@ -87,8 +87,11 @@ def sites_toml(topo: Topology) -> str:
 
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
-                 measured: dict[str, dict[str, Any]] | None = None, measured_from: str = "") -> str:
+                 measured: dict[str, dict[str, Any]] | None = None, measured_from: str = "",
+                 sub_segment: bool = True) -> str:
     """The full gridsplitd config for the gateway of `site`.
+
+    `sub_segment` is `[lan] sub_segment` (off only to measure what it changes).
 
     `measured` maps a peer site to WAN settings measured by netcheck
     (netcheck.tuning.gateway_links: rtt_ms, bandwidth_bps, socket_buffer,
@@ -120,7 +123,7 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         "# LAN sockets' receive windows are clamped to share it; LAN timers (0 = Linux's defaults).",
         f"window_budget = {lan_window_budget(topo, site)}",
         "# Shares under one segment for senders that can use them, rather than no clamps (collect/incast.rs).",
-        "sub_segment = true",
+        f"sub_segment = {'true' if sub_segment else 'false'}",
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_rto_min_us}",
         # rate_bps (pacing LAN writes) stays off: measured slower on the paper

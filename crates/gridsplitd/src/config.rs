@@ -181,7 +181,7 @@ pub struct Limits {
 /// `[lan]`: how the gateway treats its LAN sockets (both origins). A relayed
 /// connection's LAN leg never crosses the WAN, so it can use LAN-sized timers and
 /// windows that a direct connection cannot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LanParams {
     /// Bytes of incast the switch port toward the gateway holds without loss
     /// (its buffer plus the LAN's bandwidth-delay product, payload bytes),

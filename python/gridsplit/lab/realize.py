@@ -425,7 +425,7 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"
-        cfg.write_text(gateway_toml(topo, site, str(psk)).replace("sub_segment = true", f"sub_segment = {gateway_sub_segment()}"))
+        cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=gateway_sub_segment() == "true"))
         log = open(names.state_dir / f"gw-{site}.log", "w")
         ns = names.host_ns(f"{site}-gw")
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config", str(cfg)],

@@ -114,6 +114,8 @@ struct Registry {
 
 struct Entry {
     socket: Weak<TcpStream>,
+    /// Its MSS, read once: it is fixed once the handshake is done.
+    mss: usize,
     /// Whether it has carried YOUNG_BYTES (until then it stays narrow).
     grown: bool,
     /// The widest window this socket may have offered its sender, rounded up
@@ -129,6 +131,8 @@ struct Entry {
 pub struct Flow {
     pub mss: usize,
     pub widest: usize,
+    /// Not yet YOUNG_BYTES carried: held to YOUNG_WINDOW with sub-segment shares.
+    pub young: bool,
 }
 
 /// Keeps a socket in the budget's division; dropping it gives its share back.
@@ -151,8 +155,21 @@ impl Drop for Registration {
 /// comment): whole segments when each flow's even share holds one; else one
 /// segment for wide flows and an equal sub-segment share for narrow ones, if
 /// that is at least MIN_SUB_SEGMENT; else (or without `sub_segment`) `ceiling`
-/// for the flows that cannot have a whole segment.
+/// for the flows that cannot have a whole segment. With `sub_segment`, young
+/// flows get at most YOUNG_WINDOW (see there).
 pub fn divide(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow]) -> Vec<usize> {
+    let mut shares = divide_budget(budget, ceiling, sub_segment, flows);
+    if sub_segment {
+        for (f, share) in flows.iter().zip(shares.iter_mut()) {
+            if f.young {
+                *share = (*share).min(YOUNG_WINDOW);
+            }
+        }
+    }
+    shares
+}
+
+fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow]) -> Vec<usize> {
     let n = flows.len();
     if n == 0 {
         return Vec::new();
@@ -247,10 +264,16 @@ impl LanWindows {
         let mut reg = self.sockets.lock().unwrap();
         let id = reg.next;
         reg.next += 1;
+        let mss = SockRef::from(&**s)
+            .tcp_mss()
+            .ok()
+            .filter(|&m| m > 0)
+            .map_or(DEFAULT_MSS, |m| m as usize);
         reg.live.insert(
             id,
             Entry {
                 socket: Arc::downgrade(s),
+                mss,
                 grown: false,
                 widest: 0,
                 applied: None,
@@ -268,7 +291,9 @@ impl LanWindows {
 
     /// Re-divides every TICK while the gateway runs: clamps drift (see `clamp`)
     /// and flows widen as they carry data. Costs two getsockopt calls per socket
-    /// per tick when nothing changed.
+    /// per tick (tcp_info and the clamp); a tick that read only the clamps and
+    /// divided only when something changed measured within 1-2 points of a core
+    /// of it (results/bench/2026-11-22-incast-tick-ab).
     pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
         if self.budget == 0 {
             return;
@@ -302,11 +327,6 @@ impl LanWindows {
         let flows: Vec<Flow> = live
             .iter_mut()
             .map(|(e, s)| {
-                let mss = SockRef::from(&**s)
-                    .tcp_mss()
-                    .ok()
-                    .filter(|&m| m > 0)
-                    .map_or(DEFAULT_MSS, |m| m as usize);
                 if let Ok(i) = crate::tune::tcp_info(&**s) {
                     e.grown |= i.bytes_received >= YOUNG_BYTES;
                     let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
@@ -314,19 +334,13 @@ impl LanWindows {
                     e.widest = e.widest.max(offered.div_ceil(unit) * unit);
                 }
                 Flow {
-                    mss,
+                    mss: e.mss,
                     widest: e.widest,
+                    young: !e.grown,
                 }
             })
             .collect();
-        let mut shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
-        if self.sub_segment {
-            for ((e, _), share) in live.iter().zip(shares.iter_mut()) {
-                if !e.grown {
-                    *share = (*share).min(YOUNG_WINDOW);
-                }
-            }
-        }
+        let shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
         let (mut applied, mut sub, mut smallest) = (0u64, 0u64, usize::MAX);
         for ((e, s), (f, &share)) in live.iter_mut().zip(flows.iter().zip(&shares)) {
             let current = window_clamp(s).ok();
@@ -438,10 +452,12 @@ mod tests {
     const NARROW: Flow = Flow {
         mss: 1448,
         widest: 1536,
+        young: false,
     };
     const WIDE: Flow = Flow {
         mss: 1448,
         widest: 64 << 10,
+        young: false,
     };
 
     #[test]
@@ -475,6 +491,7 @@ mod tests {
         let mid = Flow {
             mss: 1448,
             widest: 2390,
+            young: false,
         };
         let mut flows = vec![NARROW; 18];
         flows.push(mid);
@@ -483,6 +500,22 @@ mod tests {
         assert_eq!(&shares[18..], &[1448, 1448]);
         let sub = (24_000 - 2 * 1448) / 18;
         assert!(shares[..18].iter().all(|&s| s == sub), "{shares:?}");
+    }
+
+    #[test]
+    fn young_flows_are_held_to_the_young_window_with_sub_segment_shares_only() {
+        let young = Flow {
+            young: true,
+            ..NARROW
+        };
+        assert_eq!(
+            divide(23_600, 1 << 20, true, &[young, NARROW]),
+            vec![YOUNG_WINDOW, 11_584]
+        );
+        assert_eq!(
+            divide(23_600, 1 << 20, false, &[young, NARROW]),
+            vec![11_584, 11_584]
+        );
     }
 
     #[test]
