@@ -174,3 +174,32 @@ def test_gateway_status_tells_sub_segment_windows(capsys):
     render_status({"site": "b", "counters": {}, "lan": dict(lan, sockets_sub_segment=0, sub_segment=False)}, "b")
     line = said()
     assert "under one segment" not in line and "sub-segment windows off" in line
+
+
+def test_lan_mss_fits_one_segment_per_node(tmp_path):
+    """The MSS a gateway offers its LAN: full-size where full segments fit its switch port, else one whole
+    segment from every node of the site fits (payload budget and wire bytes), and gridsplitd accepts it."""
+    from gridsplit.gateway import gateway_toml, lan_mss, lan_window_budget
+    from gridsplit.topology import load_topology
+    assert lan_mss(load_topology("paper", nodes=16), "bordeaux") == 0
+    topo = load_topology("paper", nodes=20)
+    mss, site = lan_mss(topo, "bordeaux"), topo.site("bordeaux")
+    seg = mss - 12  # timestamps
+    assert 536 <= seg < 1448, mss
+    assert site.nodes * seg <= lan_window_budget(topo, "bordeaux")
+    assert site.nodes * (seg + 66) <= site.switch_buffer_bytes + 1250 - 1514  # + LAN BDP, - one frame of slack
+    assert site.nodes * (seg + 8 + 66) > site.switch_buffer_bytes + 1250 - 1514  # the largest such segment (to 8 B)
+    assert lan_mss(topo, "sophia") == 0  # one node there
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(gateway_toml(topo, "bordeaux", str(psk), mss=mss))
+    assert f"mss = {mss}" in cfg.read_text() and "initrwnd 2 " in cfg.read_text()  # two segments of it
+    assert "mss =" not in gateway_toml(topo, "bordeaux", str(psk))  # the default: the interface's
+    gridsplitd = Path(__file__).resolve().parents[1] / "target" / "release" / "gridsplitd"
+    if not gridsplitd.exists():
+        pytest.skip("gridsplitd is not built (make build)")
+    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
+                         timeout=30)
+    assert chk.returncode == 0, chk.stderr

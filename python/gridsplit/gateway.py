@@ -74,6 +74,36 @@ def lan_window_budget(topo: Topology, site: str) -> int:
     return max(int(wire * 1448 / 1514) - 1514, 4096)
 
 
+# Bytes of TCP header options in every LAN segment: Linux sends timestamps
+# (net.ipv4.tcp_timestamps = 1, its default), and an MSS option counts them.
+TCP_TIMESTAMPS = 12
+
+
+def lan_mss(topo: Topology, site: str) -> int:
+    """The MSS a gateway offers its LAN senders so that one full segment from
+    each of the site's nodes fits the switch port toward it (the budget above,
+    in wire bytes: 66 of header per frame); 0 when full-size segments already
+    fit, or when LAN tuning is off. A sender that may only send segments of
+    half its widest window (Linux) then still sends whole segments of this
+    size, where a one-segment window of 1448-byte segments gets 768-byte ones."""
+    budget = lan_window_budget(topo, site)
+    s = topo.site(site)
+    if not budget or s.nodes < 1:
+        return 0
+    wire = s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
+    seg = min(int((wire - 1514) / s.nodes) - 66, budget // s.nodes)
+    if seg >= 1448 or seg < 536:
+        return 0
+    return seg + TCP_TIMESTAMPS
+
+
+def lan_initrwnd(mss: int, full_size: int = GATEWAY_LAN_INITRWND) -> int:
+    """The initial window (segments) the gateway host's LAN route offers:
+    `full_size` full-size segments, or twice as many of a reduced MSS
+    (`lan_mss`), so that senders send whole segments of it from the start."""
+    return 2 * full_size if mss else full_size
+
+
 def sites_toml(topo: Topology) -> str:
     """The [[site]] tables: what nodes need to know (their library reads only these)."""
     g = topo.gateways
@@ -88,10 +118,11 @@ def sites_toml(topo: Topology) -> str:
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
                  measured: dict[str, dict[str, Any]] | None = None, measured_from: str = "",
-                 sub_segment: bool = True) -> str:
+                 sub_segment: bool = True, mss: int = 0) -> str:
     """The full gridsplitd config for the gateway of `site`.
 
-    `sub_segment` is `[lan] sub_segment` (off only to measure what it changes).
+    `sub_segment` is `[lan] sub_segment` (off only to measure what it changes);
+    `mss` is `[lan] mss` (0: the interface's; `lan_mss` computes a reduced one).
 
     `measured` maps a peer site to WAN settings measured by netcheck
     (netcheck.tuning.gateway_links: rtt_ms, bandwidth_bps, socket_buffer,
@@ -124,6 +155,9 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         f"window_budget = {lan_window_budget(topo, site)}",
         "# Shares under one segment for senders that can use them, rather than no clamps (collect/incast.rs).",
         f"sub_segment = {'true' if sub_segment else 'false'}",
+        # `mss` (the MSS offered to LAN senders) stays unset, the interface's,
+        # unless asked for (docs/deployment.md, "LAN MSS").
+        *([f"mss = {mss}"] if mss else []),
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_rto_min_us}",
         # rate_bps (pacing LAN writes) stays off: measured slower on the paper
@@ -156,10 +190,11 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         if m is not None:
             lines += [f"socket_buffer = {m['socket_buffer']}", f'congestion = "{m["congestion"]}"']
         lines.append("")
+    rwnd = lan_initrwnd(mss)
     lines += ["# This host's TCP settings for the WAN link (per network namespace; gridsplitd warns when they",
               "# differ): " + "; ".join(f"sysctl -w {k}={v}" for k, v in GATEWAY_HOST_SYSCTLS.items()),
-              f"# and on the route to the site's LAN, {s.subnet}: initrwnd {GATEWAY_LAN_INITRWND} "
-              f"(ip route change ... initrwnd {GATEWAY_LAN_INITRWND}; docs/deployment.md)", ""]
+              f"# and on the route to the site's LAN, {s.subnet}: initrwnd {rwnd} "
+              f"(ip route change ... initrwnd {rwnd}; docs/deployment.md)", ""]
     return "\n".join(lines) + "\n" + sites_toml(topo)
 
 

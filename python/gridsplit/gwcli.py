@@ -83,6 +83,7 @@ def render_status(st: dict, name: str) -> None:
                   f"smallest window clamp {lan.get('window_clamp', 0)} B"
                   + (f" ({lan['sockets_sub_segment']} under one segment)" if lan.get("sockets_sub_segment") else "")
                   + ("" if lan.get("sub_segment", True) else "; sub-segment windows off")
+                  + (f"; LAN senders offered an MSS of {lan['mss']} B" if lan.get("mss") else "")
                   + (f"; LAN sockets paced at {lan['rate_bps'] / 1e6:.1f} Mb/s" if lan.get("rate_bps") else "")
                   + (f"; LAN minimum RTO {lan['rto_min_us']} µs" if lan.get("rto_min_us") else ""))
     host = st.get("host") or {}

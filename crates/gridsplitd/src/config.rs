@@ -192,6 +192,11 @@ pub struct LanParams {
     /// senders can use them (collect/incast.rs), instead of lifting the clamps
     /// when whole segments do not fit.
     pub sub_segment: bool,
+    /// The MSS the gateway offers its LAN senders (TCP_MAXSEG on the LAN
+    /// listener, so its SYN-ACKs carry it); 0 = the interface's. Small enough
+    /// that one segment per sender fits `window_budget`, every flow keeps a
+    /// whole-segment window (collect/incast.rs).
+    pub mss: u32,
     /// TCP_RTO_MIN_US on LAN sockets: a LAN loss that only a timeout recovers
     /// costs this instead of Linux's 200 ms; 0 = the kernel's default.
     pub rto_min_us: u32,
@@ -345,6 +350,8 @@ struct RawLan {
     #[serde(default = "default_true")]
     sub_segment: bool,
     #[serde(default)]
+    mss: u64,
+    #[serde(default)]
     rto_min_us: u64,
     #[serde(default)]
     delack_max_us: u64,
@@ -357,6 +364,7 @@ impl Default for RawLan {
         RawLan {
             window_budget: 0,
             sub_segment: true,
+            mss: 0,
             rto_min_us: 0,
             delack_max_us: 0,
             rate_bps: 0,
@@ -728,9 +736,19 @@ fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
             ));
         }
     }
+    // Linux's floor for an MSS option is 536 (TCP_MIN_MSS 88, but IPv4 hosts
+    // need 536); above an Ethernet frame's 1460 the kernel keeps the smaller.
+    if l.mss != 0 && !(536..=65495).contains(&l.mss) {
+        return Err(err(
+            "mss",
+            l.mss,
+            "use 0 (the interface's) or 536-65495 bytes",
+        ));
+    }
     Ok(LanParams {
         window_budget: l.window_budget as usize,
         sub_segment: l.sub_segment,
+        mss: l.mss as u32,
         rto_min_us: l.rto_min_us as u32,
         delack_max_us: l.delack_max_us as u32,
         rate_bps: l.rate_bps,
@@ -924,6 +942,7 @@ gateway_wan = "10.71.2.254:7200"
                 "lan.window_budget",
             ),
             (sample("", "[lan]\nrto_min_us = 900000\n"), "lan.rto_min_us"),
+            (sample("", "[lan]\nmss = 100\n"), "lan.mss"),
             (sample("", "[lan]\nrto_min = 8\n"), "lan"),
         ];
         for (text, field) in cases {

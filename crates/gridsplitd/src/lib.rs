@@ -114,7 +114,7 @@ impl Gateway {
         for advice in tune::host_advice(&host, cfg.paced()) {
             warn!("{advice}");
         }
-        let lan = bind(cfg.lan_listen)
+        let lan = bind(cfg.lan_listen, cfg.lan.mss)
             .await
             .with_context(|| format!("cannot listen on lan_listen {}", cfg.lan_listen))?;
         let admin = TcpListener::bind(cfg.admin_listen)
@@ -191,13 +191,42 @@ impl Gateway {
     }
 }
 
-async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// The LAN listener. `mss` (non-zero) is set before listen(): the accepted
+/// sockets inherit it and their SYN-ACKs offer it, which is the only point at
+/// which a receiver can choose its senders' segment size.
+async fn bind(addr: SocketAddr, mss: u32) -> std::io::Result<TcpListener> {
     let sock = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
     sock.set_reuseaddr(true)?;
+    if mss > 0 {
+        socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
+    }
     sock.bind(addr)?;
     sock.listen(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A sender's segments follow the MSS the LAN listener offers (a real
+    /// loopback connection: its own MTU would allow 64 KB segments).
+    #[tokio::test]
+    async fn lan_listener_offers_its_mss() {
+        for (offer, range) in [(1000, 900..=1000), (0, 16_000..=65_495)] {
+            let l = super::bind("127.0.0.1:0".parse().unwrap(), offer)
+                .await
+                .unwrap();
+            let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (_s, _) = l.accept().await.unwrap();
+            let mss = socket2::SockRef::from(&c).tcp_mss().unwrap();
+            assert!(
+                range.contains(&mss),
+                "offered {offer}: the sender's MSS is {mss}"
+            );
+        }
+    }
 }

@@ -134,6 +134,7 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
         "lan": {
             "window_budget": shared.cfg.lan.window_budget,
             "sub_segment": shared.cfg.lan.sub_segment,
+            "mss": shared.cfg.lan.mss,
             "rto_min_us": shared.cfg.lan.rto_min_us,
             "delack_max_us": shared.cfg.lan.delack_max_us,
             "rate_bps": shared.cfg.lan.rate_bps,

@@ -32,6 +32,7 @@ from typing import Any, Iterator
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..gateway import lan_initrwnd
 from ..topology import GatewaySettings, Host, Topology, load_topology
 from . import names as N
 from .names import LabNames
@@ -320,7 +321,9 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             cc = f"congctl {site.tcp.congestion}"
             # A gateway host's LAN route offers new connections a one-segment
             # initial window (docs/deployment.md, "initrwnd").
-            lan_route = f"{cc} initrwnd {initrwnd}" if h.role == "gateway" and initrwnd else cc
+            # With a reduced LAN MSS, two of its segments (gateway.lan_initrwnd).
+            rwnd = lan_initrwnd(gateway_lan_mss(topo, site.name), initrwnd) if h.role == "gateway" else 0
+            lan_route = f"{cc} initrwnd {rwnd}" if h.role == "gateway" and rwnd else cc
             ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
                            f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_route}",
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
@@ -388,6 +391,18 @@ def gateway_initrwnd() -> int:
     return int(v)
 
 
+def gateway_lan_mss(topo: Topology, site: str) -> int:
+    """`[lan] mss` of a site's gateway: 0 (the interface's MSS) unless
+    GRIDSPLIT_LAB_LAN_MSS=auto (gateway.lan_mss) or =N (N where lan_mss would
+    reduce it), to measure what a reduced MSS changes."""
+    from ..gateway import lan_mss
+    v = os.environ.get("GRIDSPLIT_LAB_LAN_MSS", "0")
+    if v != "auto" and not (v.isdigit() and (v == "0" or 536 <= int(v) <= 1460)):
+        raise GridsplitError(f"GRIDSPLIT_LAB_LAN_MSS={v!r}: give 0 (the default), auto, or an MSS of 536-1460 bytes")
+    auto = lan_mss(topo, site)
+    return auto if v == "auto" else int(v) if auto else 0
+
+
 def gateway_sub_segment() -> str:
     """Whether the lab's gateways give narrow LAN flows sub-segment windows
     (`[lan] sub_segment`, the default); GRIDSPLIT_LAB_SUB_SEGMENT=0 lifts the
@@ -425,7 +440,8 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"
-        cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=gateway_sub_segment() == "true"))
+        cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=gateway_sub_segment() == "true",
+                                    mss=gateway_lan_mss(topo, site)))
         log = open(names.state_dir / f"gw-{site}.log", "w")
         ns = names.host_ns(f"{site}-gw")
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config", str(cfg)],

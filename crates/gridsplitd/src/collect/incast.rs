@@ -28,7 +28,9 @@
 //! w and can use a window of w. The gateway host offers new LAN connections one
 //! segment (`initrwnd 1`, docs/deployment.md), so a flow that has carried
 //! little data is such a "narrow" flow: 20 senders of the paper grid send
-//! 768-byte segments into 1152-byte windows, and their 16.7 KB fit the port. The
+//! 768-byte segments into 1152-byte windows (1152 is also the smallest window
+//! Linux clamps to), each window filled by one such segment and a 384-byte
+//! one; `ss` on the nodes counts 575 bytes per data segment. The
 //! registry follows each socket's widest offer (tcp_info's rcv_ssthresh and
 //! rcv_wnd); "wide" flows keep one whole segment and the narrow ones share
 //! what is left (`divide`). So that flows stay narrow while a job starts (and
@@ -37,6 +39,18 @@
 //! clamps used to be lifted: no local timeouts, 10K gathers 4.7x and 100K 1.6x
 //! faster, 1 MB about 5 % slower (twice the packets);
 //! results/bench/2026-11-22-submss-ab.
+//!
+//! Narrow flows cost packets where whole segments fit too: a one-segment
+//! share of 1448 bytes is offered as 1536 (the window unit), and a flow never
+//! offered more sends 768-byte segments, two per window. So once a socket has
+//! carried YOUNG_BYTES (its job's flows are then open), a narrow flow with a
+//! whole-segment share is offered two segments while the budget has room for
+//! the second (`divide`, one flow at a time); from then on it sends full
+//! segments and is back to its share. A/B at 12 senders, medians of 3 against
+//! 8 runs: the receiving gateway's CPU 28-31 % -> 16-19 % of a core, gather
+//! times within their spread (100K 146 -> 153 ms, 1M 1121 -> 1112 ms); 20
+//! senders, where no whole segment fits, unchanged
+//! (results/bench/2026-11-23-lan-mss-ab).
 //!
 //! When not even that fits, no division fits the port, and windows that do not
 //! fit did worse than none (two segments at 12 flows, before the floor was
@@ -123,7 +137,8 @@ struct Entry {
     widest: usize,
     /// The share last applied and the clamp the kernel then reported, to tell
     /// a drifted clamp from one the kernel rounded.
-    applied: Option<(usize, usize)>,
+    /// Also whether its buffer was roomy (see `clamp`).
+    applied: Option<(usize, usize, bool)>,
 }
 
 /// A socket as `divide` sees it.
@@ -179,7 +194,22 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
         // Whole segments: the remainder of a share would go out as a second,
         // short packet per flow, whose header the budget does not count (12
         // flows at 1965 B each is 25.2 KB on the wire for a 25 KB port).
-        return flows.iter().map(|f| even / f.mss * f.mss).collect();
+        let mut shares: Vec<usize> = flows.iter().map(|f| even / f.mss * f.mss).collect();
+        // Widening: a grown flow that was never offered two segments sends
+        // half-size ones, two packets per window. Offering it two segments
+        // once, while the budget has room for the second, makes it send full
+        // ones for good; then it is wide and back to its share. One flow at a
+        // time: windows are offered in whole units (1448 as 1536) that the
+        // senders fill with short segments, whose headers the budget does not
+        // count, and four at a time on the paper grid (12 senders) lost
+        // segments and slowed 10K gathers by 15 %.
+        let slack = budget - shares.iter().sum::<usize>();
+        if let Some((f, share)) = flows.iter().zip(shares.iter_mut()).find(|(f, share)| {
+            !f.young && f.widest < 2 * f.mss && **share < 2 * f.mss && slack >= 2 * f.mss - **share
+        }) {
+            *share = 2 * f.mss;
+        }
+        return shares;
     }
     let lifted = || {
         flows
@@ -344,11 +374,12 @@ impl LanWindows {
         let (mut applied, mut sub, mut smallest) = (0u64, 0u64, usize::MAX);
         for ((e, s), (f, &share)) in live.iter_mut().zip(flows.iter().zip(&shares)) {
             let current = window_clamp(s).ok();
-            let unchanged = matches!(e.applied, Some((a, k)) if a == share && current == Some(k));
+            let roomy = share >= f.mss && !f.young;
+            let unchanged = matches!(e.applied, Some((a, k, r)) if a == share && current == Some(k) && r == roomy);
             // A closing socket may refuse; it leaves the division on its own.
-            if unchanged || clamp(s, share).is_ok() {
+            if unchanged || clamp(s, share, roomy).is_ok() {
                 if !unchanged {
-                    e.applied = window_clamp(s).ok().map(|k| (share, k));
+                    e.applied = window_clamp(s).ok().map(|k| (share, k, roomy));
                 }
                 applied += 1;
                 sub += u64::from(share < f.mss);
@@ -385,23 +416,36 @@ fn window_clamp(s: &TcpStream) -> std::io::Result<usize> {
 /// TCP_WINDOW_CLAMP alone does not hold: Linux's receive-buffer autotuning sets
 /// the clamp again from the buffer size it grows to (seen on 6.18: a 5.5 KB clamp
 /// back at 1.2 MB after a few round trips). A fixed SO_RCVBUF stops the
-/// autotuning, and the clamp the kernel then recomputes is the window that
-/// buffer holds (its skb overhead ratio applied), so the buffer is sized for that
-/// window to be `share`: set, read the window it yields, rescale, then clamp.
-fn clamp(s: &TcpStream, share: usize) -> std::io::Result<()> {
+/// autotuning. The window Linux offers is also bounded by the buffer's free
+/// space times its payload-to-truesize ratio (`tcp_win_from_space`), and it
+/// resets the clamp to the whole buffer's window whenever that ratio changes
+/// (a larger segment arrives), which the tick then puts back.
+///
+/// `roomy`: a share of whole segments for a socket past its young phase. Its
+/// buffer holds twice the share at a ratio of one half, so the window reaches
+/// the share even at the ratios small segments get (768 bytes in a 2240-byte
+/// skb on veth): with exactly twice the share, a one-segment share of 1448
+/// offered 1380 bytes, the senders sent 768-byte segments two per window, and
+/// the gateway spent a third of a core on 12 senders' packets. When a ratio
+/// change then resets the clamp to the buffer's window, the flow may be offered
+/// more than its share for up to a TICK and send full segments from then on,
+/// which a whole-segment share can take.
+/// Otherwise (a share under one segment, or a young socket) the buffer holds
+/// only the share, so that no ratio change offers the flow twice its share
+/// and widens its segments for good: a young socket may yet need a share
+/// under one segment once all of a job's flows are open (see the module
+/// comment). Holding young sockets to it too kept 20 senders narrow, where a
+/// roomy buffer for them had every 20-sender gather lose its clamps
+/// (results/bench/2026-11-23-lan-mss-ab).
+fn clamp(s: &TcpStream, share: usize, roomy: bool) -> std::io::Result<()> {
     use crate::tune::setsockopt_raw;
     let as_int = |v: usize| v.min(i32::MAX as usize / 2) as libc::c_int;
     // SO_RCVBUFFORCE: rmem_max must not bound a gateway's choice (needs
     // CAP_NET_ADMIN, which a gateway has); else the plain, capped variant.
-    let set_rcvbuf = |v: usize| {
-        setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, as_int(v))
-            .or_else(|_| setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_RCVBUF, as_int(v)))
-    };
-    set_rcvbuf(share)?;
-    let window = window_clamp(s)?;
-    if window > share {
-        set_rcvbuf(share * share / window.max(1))?;
-    }
+    // Linux doubles the value (and keeps at least SOCK_MIN_RCVBUF).
+    let buffer = if roomy { 2 * share + 2048 } else { share };
+    setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, as_int(buffer))
+        .or_else(|_| setsockopt_raw(s, libc::SOL_SOCKET, libc::SO_RCVBUF, as_int(buffer)))?;
     setsockopt_raw(s, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, as_int(share))
 }
 
@@ -463,6 +507,17 @@ mod tests {
     #[test]
     fn whole_segments_while_they_fit() {
         assert_eq!(divide(23_600, 1 << 20, true, &[NARROW; 4]), vec![5792; 4]);
+        // Narrow grown flows are widened one at a time while the budget has
+        // room for it, young ones not.
+        let twelve = divide(23_600, 1 << 20, true, &[NARROW; 12]);
+        assert_eq!(twelve, [vec![2896], vec![1448; 11]].concat());
+        assert_eq!(divide(23_600, 1 << 20, true, &[NARROW; 16]), vec![1448; 16]);
+        let young = Flow {
+            young: true,
+            ..NARROW
+        };
+        assert_eq!(divide(23_600, 1 << 20, true, &[young; 12]), vec![1448; 12]);
+        assert_eq!(divide(23_600, 1 << 20, true, &[WIDE; 12]), vec![1448; 12]);
         assert_eq!(divide(23_600, 1 << 20, true, &[WIDE; 16]), vec![1448; 16]);
         assert!(divide(23_600, 1 << 20, true, &[]).is_empty());
     }
