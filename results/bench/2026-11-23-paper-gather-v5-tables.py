@@ -1,0 +1,27 @@
+# Medians (min-max) over repetitions of a gather sweep JSONL: split/direct time, the busier
+# gateway's CPU, split efficiency, and timeouts. Usage: python3 THIS FILE [RESULTS.jsonl] (default: v5).
+import json, sys, statistics as st, collections
+f = sys.argv[1] if len(sys.argv) > 1 else __file__.replace("-tables.py", ".jsonl")
+pts = collections.defaultdict(dict)
+for l in open(f):
+    r = json.loads(l)
+    if r.get('kind') != 'point': continue
+    pts[(r['impl'], r['nodes'], r['size_bytes'], r['repeat'])][r['mode']] = r
+ratio = collections.defaultdict(list); cpu = collections.defaultdict(list); eff = collections.defaultdict(list); lto = collections.defaultdict(list)
+for (impl, n, s, k), m in pts.items():
+    if 'split' in m and 'direct' in m:
+        sp, d = m['split'], m['direct']
+        ratio[(impl, n, s)].append((sp['total_s']/sp['reps'])/(d['total_s']/d['reps']))
+        cpu[(impl, n, s)].append(max(g['pct'] for g in sp['cpu']['gateways'].values()))
+        eff[(impl, n, s)].append(sp.get('efficiency') or float('nan'))
+        lto[(impl, n, s)].append((d['counters']['distant'].get('TCPTimeouts',0), sp['counters']['local'].get('TCPTimeouts',0), sp['counters']['distant'].get('TCPTimeouts',0)))
+sizes = sorted({k[2] for k in ratio})
+lab = lambda s: f"{s//1000000}M" if s >= 1000000 else f"{s//1000}K"
+def cell(v, p=2): return f"{st.median(v):.{p}f} ({min(v):.{p}f}-{max(v):.{p}f})"
+for title, d, p in (("split/direct", ratio, 2), ("busier gateway CPU %", cpu, 1), ("split efficiency", eff, 2)):
+    print(f"\n### {title}\n\n| impl | nodes | " + " | ".join(lab(s) for s in sizes) + " |\n|---|---:|" + "---:|"*len(sizes))
+    for impl, n in sorted({(k[0], k[1]) for k in d}, key=lambda x: (x[0] != 'openmpi', x[1])):
+        print(f"| {impl} | {n} | " + " | ".join(cell(d[(impl, n, s)], p) if (impl, n, s) in d else "" for s in sizes) + " |")
+print("\n### timeouts (direct distant / split local / split distant), points with any\n")
+for k in sorted(lto):
+    if any(any(x) for x in lto[k]): print(f"| {k[0]} {k[1]} × {lab(k[2])} | " + ", ".join("/".join(map(str, x)) for x in lto[k]) + " |")
