@@ -60,6 +60,13 @@ def gateway_host(topo: Topology, site: str):
     return next(h for h in topo.hosts() if h.role == "gateway" and h.site == site)
 
 
+def lan_port_wire_bytes(topo: Topology, site: str) -> float:
+    """Wire bytes in flight that the switch port toward a site's gateway holds
+    without loss: its drop-tail buffer plus the LAN's bandwidth-delay product."""
+    s = topo.site(site)
+    return s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
+
+
 def lan_window_budget(topo: Topology, site: str) -> int:
     """Payload bytes the switch port toward the gateway holds in flight without
     loss: its drop-tail buffer plus the LAN's bandwidth-delay product, counted in
@@ -69,9 +76,7 @@ def lan_window_budget(topo: Topology, site: str) -> int:
     `paper` it holds 16 senders at one segment). 0 when LAN tuning is off."""
     if not topo.gateways.lan_tuning:
         return 0
-    s = topo.site(site)
-    wire = s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
-    return max(int(wire * 1448 / 1514) - 1514, 4096)
+    return max(int(lan_port_wire_bytes(topo, site) * 1448 / 1514) - 1514, 4096)
 
 
 # Bytes of TCP header options in every LAN segment: Linux sends timestamps
@@ -83,15 +88,14 @@ def lan_mss(topo: Topology, site: str) -> int:
     """The MSS a gateway offers its LAN senders so that one full segment from
     each of the site's nodes fits the switch port toward it (the budget above,
     in wire bytes: 66 of header per frame); 0 when full-size segments already
-    fit, or when LAN tuning is off. A sender that may only send segments of
+    fit, when not even 536-byte ones would, or when LAN tuning is off. A sender that may only send segments of
     half its widest window (Linux) then still sends whole segments of this
     size, where a one-segment window of 1448-byte segments gets 768-byte ones."""
     budget = lan_window_budget(topo, site)
     s = topo.site(site)
     if not budget or s.nodes < 1:
         return 0
-    wire = s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
-    seg = min(int((wire - 1514) / s.nodes) - 66, budget // s.nodes)
+    seg = min(int((lan_port_wire_bytes(topo, site) - 1514) / s.nodes) - 66, budget // s.nodes)
     if seg >= 1448 or seg < 536:
         return 0
     return seg + TCP_TIMESTAMPS

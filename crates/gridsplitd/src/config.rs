@@ -193,9 +193,10 @@ pub struct LanParams {
     /// when whole segments do not fit.
     pub sub_segment: bool,
     /// The MSS the gateway offers its LAN senders (TCP_MAXSEG on the LAN
-    /// listener, so its SYN-ACKs carry it); 0 = the interface's. Small enough
-    /// that one segment per sender fits `window_budget`, every flow keeps a
-    /// whole-segment window (collect/incast.rs).
+    /// listener, so its SYN-ACKs carry it); 0 = the interface's. Meant for
+    /// sites where one full segment per sender does not fit `window_budget`;
+    /// on the paper grid it measured worse than sub-segment windows
+    /// (docs/deployment.md, "LAN MSS").
     pub mss: u32,
     /// TCP_RTO_MIN_US on LAN sockets: a LAN loss that only a timeout recovers
     /// costs this instead of Linux's 200 ms; 0 = the kernel's default.
@@ -736,8 +737,8 @@ fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
             ));
         }
     }
-    // Linux's floor for an MSS option is 536 (TCP_MIN_MSS 88, but IPv4 hosts
-    // need 536); above an Ethernet frame's 1460 the kernel keeps the smaller.
+    // 536: the MSS every IPv4 host must accept (RFC 1122; Linux would take
+    // 88). Above the interface's MSS the kernel keeps the smaller.
     if l.mss != 0 && !(536..=65495).contains(&l.mss) {
         return Err(err(
             "mss",

@@ -323,7 +323,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             # initial window (docs/deployment.md, "initrwnd").
             # With a reduced LAN MSS, two of its segments (gateway.lan_initrwnd).
             rwnd = lan_initrwnd(gateway_lan_mss(topo, site.name), initrwnd) if h.role == "gateway" else 0
-            lan_route = f"{cc} initrwnd {rwnd}" if h.role == "gateway" and rwnd else cc
+            lan_route = f"{cc} initrwnd {rwnd}" if rwnd else cc
             ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
                            f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_route}",
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])

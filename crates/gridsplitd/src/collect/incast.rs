@@ -435,8 +435,8 @@ fn window_clamp(s: &TcpStream) -> std::io::Result<usize> {
 /// and widens its segments for good: a young socket may yet need a share
 /// under one segment once all of a job's flows are open (see the module
 /// comment). Holding young sockets to it too kept 20 senders narrow, where a
-/// roomy buffer for them had every 20-sender gather lose its clamps
-/// (results/bench/2026-11-23-lan-mss-ab).
+/// roomy buffer for them cost 20 x 10K and 20 x 1M runs 17-110 local timeouts
+/// each (results/bench/2026-11-23-lan-mss-ab).
 fn clamp(s: &TcpStream, share: usize, roomy: bool) -> std::io::Result<()> {
     use crate::tune::setsockopt_raw;
     let as_int = |v: usize| v.min(i32::MAX as usize / 2) as libc::c_int;
