@@ -22,6 +22,7 @@ from gridsplit.bench.sweep import attribute, read_rows, summarize
 from gridsplit.lab import counters as C
 from gridsplit.lab.names import LabNames, sw_port
 from gridsplit.lab.realize import load_state, tbf_line
+from gridsplit.lab import softirq
 from gridsplit.lab.tcptrace import Trace, parse
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
@@ -51,11 +52,14 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         assert 0 < r["efficiency"] <= 1
         if r["mode"] == "split":
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
+            assert all(g["softirq_s"] >= 0 and g["softirq_pct"] is not None for g in r["cpu"]["gateways"].values())
             assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True}
     # 200 KB from two nodes moves 400 KB per gather across the WAN: in split mode that
     # is the gateways' data, so their CPU was used.
     big = [r for r in points if r["mode"] == "split" and r["size_bytes"] == 200_000 and r["nodes"] == 2]
     assert all(sum(g["cpu_s"] for g in r["cpu"]["gateways"].values()) > 0 for r in big)
+    # ... and the kernel ran softirqs in their context (their sends and window updates).
+    assert all(sum(g["softirq_s"] for g in r["cpu"]["gateways"].values()) > 0 for r in big)
     s = summarize(points)
     assert len(s) == 2 * 2 * 2 and all(x["ratio"] is not None for x in s)
 
@@ -147,6 +151,21 @@ def test_trace_parser_counts_state_entries_once():
     assert (st.retrans, st.recoveries, st.losses) == (2, 1, 1)
 
 
+def test_softirq_parser_pairs_entries_and_exits_per_cpu():
+    lines = [
+        "     gridsplitd-700     [000] .Ns1. 10.000500: softirq_exit: vec=3 [action=NET_RX]",  # opened before the trace
+        "     gridsplitd-700     [000] ..s1. 10.001000: softirq_entry: vec=3 [action=NET_RX]",
+        "  gridsplit-node-701    [001] ..s1. 10.001100: softirq_entry: vec=2 [action=NET_TX]",
+        "     gridsplitd-700     [000] .Ns1. 10.001400: softirq_exit: vec=3 [action=NET_RX]",
+        "  gridsplit-node-701    [001] ..s1. 10.003100: softirq_exit: vec=2 [action=NET_TX]",
+        "     gridsplitd-700     [001] d.s2. 10.004000: softirq_entry: vec=9 [action=RCU]",
+        "     gridsplitd-700     [001] ..s1. 10.004250: softirq_exit: vec=9 [action=RCU]",
+    ]
+    got = softirq.parse("\n".join(lines))
+    assert got.keys() == {700, 701}
+    assert got[700] == pytest.approx(0.00065) and got[701] == pytest.approx(0.002)
+
+
 def test_report_renders_from_recorded_file(tmp_path):
     """A real sweep recorded on the paper lab (tests/data/bench) renders with every section and plot."""
     src = DATA / "paper-n4-openmpi.jsonl"
@@ -191,7 +210,32 @@ def test_report_rejects_bad_files_in_one_line(tmp_path, content, msg):
     assert len(cp.stderr.strip().splitlines()) == 1
 
 
+def test_report_refuses_to_pair_runs_of_two_rank_envs(tmp_path):
+    """Direct and split rows are paired without their --rank-env, so two settings in one report are refused."""
+    src = (DATA / "paper-n4-openmpi.jsonl").read_text()
+    eager = tmp_path / "eager.jsonl"
+    eager.write_text("".join(json.dumps({**json.loads(l), "rank_env": {"OMPI_MCA_btl_tcp_eager_limit": "1048576"}})
+                             + "\n" for l in src.splitlines() if l.strip()))
+    gridsplit("report", str(eager), "--out", str(tmp_path / "one"))
+    assert "OMPI_MCA_btl_tcp_eager_limit=1048576" in (tmp_path / "one" / "index.html").read_text()
+    cp = gridsplit("report", str(DATA / "paper-n4-openmpi.jsonl"), str(eager), "--out", str(tmp_path / "two"),
+                   check=False)
+    assert cp.returncode != 0 and "different --rank-env" in cp.stderr and "Traceback" not in cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_bench_refuses_to_resume_a_file_of_another_rank_env(tmp_path):
+    f = tmp_path / "sweep.jsonl"
+    f.write_text((DATA / "paper-n4-openmpi.jsonl").read_text())
+    cp = gridsplit("bench", "gather", "-n", "4", "-s", "1K", "--impl", "openmpi", "--out", str(f),
+                   "--rank-env", "OMPI_MCA_btl_tcp_eager_limit=1048576", check=False)
+    assert cp.returncode != 0 and "--rank-env (none)" in cp.stderr and "give another --out" in cp.stderr
+    assert "Traceback" not in cp.stderr
+
+
 def test_bench_rejects_bad_flags_in_one_line():
-    for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "nodes")):
+    for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "nodes"),
+                      (["--rank-env", "EAGER"], "NAME=VALUE"), (["--rank-env", "LD_PRELOAD=/x.so"], "split mode"),
+                      (["--rank-env", "GRIDSPLIT_CONFIG=/x"], "split mode")):
         cp = gridsplit("bench", "gather", *args, check=False)
         assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import sys
@@ -40,6 +41,7 @@ from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
 from ..lab import realize
+from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
 from ..lab.sh import list_netns
@@ -215,8 +217,11 @@ def proc_cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, float]) -> dict[str, Any]:
-    """Percent of one core per role over the program's measurement window."""
+def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, float],
+                gw_softirq: dict[str, float] | None = None) -> dict[str, Any]:
+    """Percent of one core per role over the program's measurement window; for
+    gateways also the part of it the kernel spent in softirq in their context
+    (lab.softirq), when traced."""
     def pct(r):
         return 100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] if r["wall_s"] > 0 else math.nan
 
@@ -231,7 +236,10 @@ def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, fl
         "root": {"pct": pct(root_r[0]) if root_r else None},
         # The whole run's daemon CPU over the measurement window: the window is
         # where the traffic is, so this slightly overstates, never understates.
-        "gateways": {site: {"cpu_s": round(s, 4), "pct": round(100 * s / window, 2) if window > 0 else None}
+        "gateways": {site: {"cpu_s": round(s, 4), "pct": round(100 * s / window, 2) if window > 0 else None,
+                            **({} if gw_softirq is None else {
+                                "softirq_s": round(gw_softirq.get(site, 0.0), 4),
+                                "softirq_pct": round(100 * gw_softirq.get(site, 0.0) / window, 2) if window > 0 else None})}
                      for site, s in gw_cpu.items()},
     }
 
@@ -243,7 +251,7 @@ class MpiJobFailed(GridsplitError):
 
 
 def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_requested: int, budget: float,
-              check: bool) -> dict[str, Any]:
+              check: bool, rank_env: dict[str, str] | None = None, sirq: SoftirqClock | None = None) -> dict[str, Any]:
     topo = state.topo
     root, senders = placement(topo, p.op, p.nodes)
     bound = bound_per_rep(topo, p.op, root, senders, p.size)
@@ -256,7 +264,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     prog = [sysdeps.mpi_program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    env = {**RANK_ENV.get(p.impl, {}), **(split_env(state) if p.mode == "split" else {})}
+    env = {**RANK_ENV.get(p.impl, {}), **(rank_env or {}), **(split_env(state) if p.mode == "split" else {})}
     gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
 
     for attempt in (1, 2):
@@ -264,6 +272,8 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         gw_before = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
         if trace:
             trace.clear()
+        if sirq:
+            sirq.watch(gw_pids.values())
         t0 = time.monotonic()
         cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True,
                     expect_lines=1)
@@ -271,6 +281,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         gw_after = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
         after = C.snapshot_many([state.ns(h) for h in watched.values()])
         tr = trace.collect() if trace else None
+        softirq, softirq_lost = sirq.collect() if sirq else ({}, 0)
         lines = [json.loads(l) for l in (cp.stdout or "").splitlines() if l.startswith("{")]
         res = next((l for l in lines if l.get("op") and "total_s" in l), None)
         if res is not None and (cp.returncode in (0, TIMED_OUT)):
@@ -288,7 +299,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     counted = sum(d.get("RetransSegs", 0) for d in deltas.values())
     return {
         "kind": "point", "schema": SCHEMA, "op": p.op, "mode": p.mode,
-        "variant": p.variant,
+        "variant": p.variant, "rank_env": rank_env or {},
         "impl": p.impl, "impl_version": res.get("impl_version"), "nodes": len(senders), "ranks": len(ranks),
         "size_bytes": p.size, "reps": res["reps"], "reps_requested": reps_requested, "repeat": p.repeat,
         "total_s": res["total_s"],
@@ -303,8 +314,12 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
             "trace_overrun": tr.overrun if tr else None,
             "by_host": {name: {k: v for k, v in d.items() if k in C.HEADLINE} for name, d in deltas.items()},
         },
-        "cpu": cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
-                           if p.mode == "split" else {}),
+        # Softirq time is left out (not zero) when its trace lost events.
+        "cpu": {**cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
+                              if p.mode == "split" else {},
+                              {s: softirq.get(pid, 0.0) for s, pid in gw_pids.items()}
+                              if sirq and p.mode == "split" and not softirq_lost else None),
+                **({"softirq_trace_lost": softirq_lost} if softirq_lost else {})},
         "timing": res.get("timing"), "run_wall_s": round(wall, 3), "attempts": attempt,
         "finalize_hang": cp.returncode == TIMED_OUT,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -380,13 +395,14 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
 def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: list[int], reps: int,
           budget: float, modes: list[str], impls: list[str], repeat: int, strategies: list[str | None],
           ccs: list[str | None], out: Path, check: bool, con: Console,
-          lans: tuple[bool | None, ...] = (None,)) -> list[dict[str, Any]]:
+          lans: tuple[bool | None, ...] = (None,), rank_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     sysdeps.need_root(f"gridsplit bench {op}")
     names = LabNames.from_env()
     gw = load_topology(topology, None, scale).gateways
     strategies = [s or gw.strategy for s in strategies]
     ccs = [c or gw.congestion for c in ccs]
     lans = [gw.lan_tuning if i is None else i for i in lans]
+    rank_env = rank_env or {}
     pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans)
     done: dict[tuple, dict] = {}
     if out.exists():
@@ -395,6 +411,12 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
         if meta and meta.get("topology_spec") != topology:
             raise GridsplitError(f"{out} holds a sweep of topology {meta.get('topology_spec')!r}, not {topology!r}; "
                                  "give another --out")
+        # Resuming must not pair rows run under other MPI settings: the point
+        # keys do not carry them, and a table's direct and split would differ
+        # in more than the gateways.
+        if meta and meta.get("rank_env_extra", {}) != rank_env:
+            raise GridsplitError(f"{out} holds a sweep run with --rank-env {_env_str(meta.get('rank_env_extra', {}))}, "
+                                 f"not {_env_str(rank_env)}; give another --out")
         done = {row_key(r): r for r in rows if r.get("kind") == "point"}
     todo = [p for p in pts if p.key not in done]
     if done:
@@ -405,12 +427,19 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
     why_not = Trace.available()
-    trace = None
+    trace = sirq = None
     if why_not:
         con.print(f"[yellow]note:[/yellow] {why_not}")
     else:
         trace = Trace(f"{names.prefix}-bench")
         trace.start()
+    if "split" in modes:
+        why_not = SoftirqClock.available()
+        if why_not:
+            con.print(f"[yellow]note:[/yellow] {why_not}")
+        else:
+            sirq = SoftirqClock(f"{names.prefix}-bench-softirq")
+            sirq.start()
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     try:
@@ -421,14 +450,17 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                     "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
-                    "check": check}, "rank_env": RANK_ENV,
+                    "check": check}, "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
+                "rank_env_extra": rank_env,
                 "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
             }) + "\n")
             f.flush()
-            rows = _run_all(state, trace, todo, reps, budget, check, f, con)
+            rows = _run_all(state, trace, todo, reps, budget, check, f, con, rank_env, sirq)
     finally:
         if trace:
             trace.close()
+        if sirq:
+            sirq.close()
     done.update((row_key(r), r) for r in rows)
     return [done[p.key] for p in pts if p.key in done]
 
@@ -438,7 +470,8 @@ def _short(p: Point) -> str:
 
 
 def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
-             check: bool, f, con: Console) -> list[dict[str, Any]]:
+             check: bool, f, con: Console, rank_env: dict[str, str],
+             sirq: SoftirqClock | None = None) -> list[dict[str, Any]]:
     rows = []
     g = state.topo.gateways
     variant = (g.strategy, g.congestion, g.lan_tuning)
@@ -456,7 +489,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
             bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
             try:
-                row = run_point(state, trace, p, reps, budget, check)
+                row = run_point(state, trace, p, reps, budget, check, rank_env, sirq)
             except MpiJobFailed as e:
                 # One job that keeps failing (MPICH's launcher at 20 ranks on this
                 # machine) must not cost the rest of a long sweep: the failure is
@@ -565,6 +598,28 @@ def _choice_list(allowed):
     return check
 
 
+# What the gateways' steering needs in a split rank's environment: a sweep may
+# not override it, or split mode would silently stop splitting.
+RESERVED_ENV = ("LD_PRELOAD", "GRIDSPLIT_")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _rank_env(ctx, param, values) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in values:
+        name, eq, value = item.partition("=")
+        if not eq or not ENV_NAME.fullmatch(name):
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE (e.g. OMPI_MCA_btl_tcp_eager_limit=131072)")
+        if name.startswith(RESERVED_ENV):
+            raise click.BadParameter(f"{name} is set by split mode itself (gateway steering); choose another variable")
+        env[name] = value
+    return env
+
+
+def _env_str(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)"
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -597,6 +652,10 @@ def make_command(op: str) -> click.Command:
                   help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port; "
                        "LAN timers too where the topology sets lan_rto_min_us) to compare in split mode: on, off "
                        "or on,off; default: the topology's (on).")
+    @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=_rank_env,
+                  help="Environment for every rank in both modes, e.g. an MPI setting such as "
+                       "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=inf (repeatable; recorded in "
+                       "each row). A result file holds one such setting: give each its own --out.")
     @click.option("--check/--no-check", default=False, show_default=True,
                   help="Verify every received payload (costs CPU outside the timed region).")
     @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -604,8 +663,8 @@ def make_command(op: str) -> click.Command:
                        "Default: results/bench/DATE-TOPOLOGY-OP.jsonl")
     @click.option("--report/--no-report", "make_report", default=True, show_default=True,
                   help="Write the HTML report next to the result file at the end.")
-    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, check, out,
-            make_report):
+    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, rank_env, check,
+            out, make_report):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
         # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
         # must still stop its MPI job and remove its trace instance.
@@ -616,7 +675,7 @@ def make_command(op: str) -> click.Command:
             out = Path("results/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
                      strategies or [None], ccs or [None], out, check, con,
-                     tuple(i == "on" for i in lans) if lans else (None,))
+                     tuple(i == "on" for i in lans) if lans else (None,), rank_env)
         summary = summarize(rows)
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")

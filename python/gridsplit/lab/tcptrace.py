@@ -141,22 +141,28 @@ class Trace:
         return res
 
     def close(self) -> None:
-        if not self.dir.exists():
-            return
-        for ev in EVENTS:
-            try:
-                (self.dir / "events" / ev / "enable").write_text("0")
-            except OSError:
-                pass
+        remove_instance(self.dir, EVENTS)
+
+
+def remove_instance(path: Path, events=EVENTS) -> None:
+    """Disable an instance's events and remove it (no error if it is gone)."""
+    if not path.exists():
+        return
+    for ev in events:
         try:
-            self.dir.rmdir()  # tracefs instances are removed with rmdir, contents and all
+            (path / "events" / ev / "enable").write_text("0")
         except OSError:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            pass
+    try:
+        path.rmdir()  # tracefs instances are removed with rmdir, contents and all
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_instances(prefix: str) -> None:
-    """Remove trace instances a crashed run of this lab left behind (`lab down`)."""
+    """Remove trace instances a crashed run of this lab left behind (`lab down`):
+    rmdir of an instance disables whatever events it still had enabled."""
     inst = TRACEFS / "instances"
     if inst.is_dir():
         for d in inst.glob(f"{prefix}-*"):
-            Trace(d.name).close()
+            remove_instance(d)
