@@ -208,7 +208,7 @@ def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
         axes[2].axhline(25, color="k", lw=0.8, ls=":")
         axes[0].legend(fontsize=6, ncol=2)
         if axes[2].lines:
-            axes[2].legend(fontsize=6)
+            axes[2].legend(fontsize=6, loc="lower right")
         fig.suptitle(f"{op}, {impl}: process CPU during the measurement (MPI libraries poll while waiting)")
         fig.tight_layout()
         out.append(_png(fig, outdir, f"cpu-{op}-{impl}.png"))

@@ -234,8 +234,9 @@ def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, fl
         "senders": {"mean_pct": statistics.fmean(send) if send else None, "max_pct": max(send) if send else None,
                     "per_rank_pct": [round(x, 1) for x in send]},
         "root": {"pct": pct(root_r[0]) if root_r else None},
-        # The whole run's daemon CPU over the measurement window: the window is
-        # where the traffic is, so this slightly overstates, never understates.
+        # The daemon's CPU from the job's start to its result, over the measurement
+        # window: the window is where the traffic is, so this overstates by the
+        # job's start-up (connections open lazily, in the window), never understates.
         "gateways": {site: {"cpu_s": round(s, 4), "pct": round(100 * s / window, 2) if window > 0 else None,
                             **({} if gw_softirq is None else {
                                 "softirq_s": round(gw_softirq.get(site, 0.0), 4),
@@ -274,11 +275,21 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
             trace.clear()
         if sirq:
             sirq.watch(gw_pids.values())
+        # The gateways' CPU and softirq stop counting when the result is out:
+        # MPICH's exit can hang for the grace period with its connections
+        # open, and the daemon's upkeep then (the incast tick) is not the
+        # measurement's. Counters and traces run to the end: losses are.
+        gw_after: dict[str, float] = {}
+
+        def at_result():
+            gw_after.update((s, proc_cpu_s(pid)) for s, pid in gw_pids.items())
+            if sirq:
+                sirq.stop()
+
         t0 = time.monotonic()
         cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True,
-                    expect_lines=1)
+                    expect_lines=1, on_result=at_result)
         wall = time.monotonic() - t0
-        gw_after = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
         after = C.snapshot_many([state.ns(h) for h in watched.values()])
         tr = trace.collect() if trace else None
         softirq, softirq_lost = sirq.collect() if sirq else ({}, 0)

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import sysdeps
@@ -111,7 +112,8 @@ TIMED_OUT = -9  # returncode of a job stopped at its timeout when keep_partial i
 
 def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
            env: dict[str, str] | None = None, capture: bool = False, timeout: float | None = None,
-           keep_partial: bool = False, expect_lines: int = 0, grace: float = 15.0) -> subprocess.CompletedProcess:
+           keep_partial: bool = False, expect_lines: int = 0, grace: float = 15.0,
+           on_result: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
     """Run one MPI job in the lab.
 
     With keep_partial, a job stopped at its timeout returns what it printed
@@ -119,7 +121,10 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
     complete but whose MPICH hung in MPI_Finalize (see mpi/common.c) still
     measured something valid. With expect_lines, the job is also given only
     `grace` seconds to exit once it has printed that many JSON lines, so such
-    a hang costs seconds instead of the whole timeout.
+    a hang costs seconds instead of the whole timeout. `on_result` is called
+    once, within 50 ms of the job printing those lines (or when it ends):
+    what a measurement samples there leaves out the job's exit, which for
+    MPICH can be a hang of `grace` seconds.
     """
     if not prog:
         raise GridsplitError("no program given; usage: gridsplit lab mpirun -n N -- PROG ARGS")
@@ -148,6 +153,9 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
             now = time.monotonic()
             if expect_lines and done_at is None and sum(l.startswith("{") for l in out) >= expect_lines:
                 done_at = now
+                if on_result:
+                    on_result()
+                    on_result = None
             if (deadline is not None and now > deadline) or (done_at is not None and now > done_at + grace):
                 _stop_group(proc)
                 for t in readers:
@@ -159,6 +167,8 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
     except KeyboardInterrupt:
         _stop_group(proc)
         raise
+    if on_result:
+        on_result()
     for t in readers:
         t.join(timeout=5)
     return subprocess.CompletedProcess(argv, proc.returncode, "".join(out) if capture else None,

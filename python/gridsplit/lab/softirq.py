@@ -88,10 +88,14 @@ class SoftirqClock:
             (self.dir / "events" / ev / "enable").write_text("1")
         (self.dir / "trace").write_text("")
 
-    def collect(self) -> tuple[dict[int, float], int]:
-        """(softirq seconds per watched pid, events lost to a full buffer), then stop recording."""
+    def stop(self) -> None:
+        """Stop recording; `collect` then reads what was recorded until now."""
         for ev in EVENTS:
             (self.dir / "events" / ev / "enable").write_text("0")
+
+    def collect(self) -> tuple[dict[int, float], int]:
+        """(softirq seconds per watched pid, events lost to a full buffer), recording stopped."""
+        self.stop()
         by_tid = parse((self.dir / "trace").read_text())
         lost = 0
         for stats in (self.dir / "per_cpu").glob("cpu*/stats"):
