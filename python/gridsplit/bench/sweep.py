@@ -665,7 +665,7 @@ def make_command(op: str) -> click.Command:
                        "or on,off; default: the topology's (on).")
     @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=_rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "
-                       "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=inf (repeatable; recorded in "
+                       "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=1048576 (repeatable; recorded in "
                        "each row). A result file holds one such setting: give each its own --out.")
     @click.option("--check/--no-check", default=False, show_default=True,
                   help="Verify every received payload (costs CPU outside the timed region).")
