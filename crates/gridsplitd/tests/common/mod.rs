@@ -36,6 +36,8 @@ pub struct Opts {
     pub total_buffer: usize,
     pub connect_timeout_ms: u64,
     pub keepalive_ms: u64,
+    /// `[wan] socket_buffer`; 0 = derived from bandwidth × RTT.
+    pub wan_socket_buffer: u64,
 }
 
 impl Default for Opts {
@@ -46,6 +48,7 @@ impl Default for Opts {
             total_buffer: 64 << 20,
             connect_timeout_ms: 2000,
             keepalive_ms: 300,
+            wan_socket_buffer: 0,
         }
     }
 }
@@ -81,6 +84,7 @@ congestion = "cubic"
 bandwidth_bps = 1000000000
 rtt_ms = 1.0
 keepalive_ms = {ka}
+socket_buffer = {wsb}
 [[site]]
 name = "alpha"
 subnet = "127.{k}.1.0/24"
@@ -98,6 +102,7 @@ gateway_wan = "127.{k}.2.254:{WAN_PORT}"
         pfb = o.per_flow_buffer,
         tb = o.total_buffer,
         ka = o.keepalive_ms,
+        wsb = o.wan_socket_buffer,
     );
     let path = d.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
