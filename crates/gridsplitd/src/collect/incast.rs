@@ -52,11 +52,18 @@
 //! senders, where no whole segment fits, unchanged
 //! (results/bench/2026-11-23-lan-mss-ab).
 //!
-//! When not even that fits, no division fits the port, and windows that do not
-//! fit did worse than none (two segments at 12 flows, before the floor was
-//! lowered): each loss is then a tail loss that only a timeout recovers, while
-//! TCP's own wider windows recover by fast retransmit. So an overcommitted
-//! budget lifts the clamps (to `ceiling`) and leaves those flows to TCP.
+//! When not even that fits, no division fits the port. Without sub-segment
+//! shares the clamps are lifted (to `ceiling`): windows that do not fit did
+//! worse than none there (two segments at 12 flows, before the floor was
+//! lowered), each loss a tail loss that only a timeout recovers. With them,
+//! each flow keeps the smallest window it can use, one segment if it is wide
+//! and the kernel's smallest window if narrow. Lifting was worse there: at 20
+//! senders with Open MPI's eager limit raised to 1 MiB, flows that carried a
+//! whole message while young came out wide, enough of them overcommitted the
+//! budget, the lifted windows grew to rmem_max and made every flow wide for
+//! good; 5 of 6 runs had 36-53 local timeouts. Keeping the clamps: 6 of 6
+//! runs without one, default-setting gathers unchanged
+//! (results/bench/2026-11-23-overcommit-ab).
 //!
 //! The other direction has a milder form of the problem: what the gateway writes
 //! to a LAN host leaves its NIC in bursts that pile up in the host's switch port.
@@ -169,8 +176,9 @@ impl Drop for Registration {
 /// Divides `budget` among `flows`, as receive-window shares (see the module
 /// comment): whole segments when each flow's even share holds one; else one
 /// segment for wide flows and an equal sub-segment share for narrow ones, if
-/// that is at least MIN_SUB_SEGMENT; else (or without `sub_segment`) `ceiling`
-/// for the flows that cannot have a whole segment. With `sub_segment`, young
+/// that is at least MIN_SUB_SEGMENT, else MIN_SUB_SEGMENT for them anyway;
+/// without `sub_segment`, `ceiling` for the flows that cannot have a whole
+/// segment. With `sub_segment`, young
 /// flows get at most YOUNG_WINDOW (see there).
 pub fn divide(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow]) -> Vec<usize> {
     let mut shares = divide_budget(budget, ceiling, sub_segment, flows);
@@ -226,6 +234,21 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
     if !sub_segment {
         return lifted();
     }
+    // Overcommitted with sub-segment shares on: the smallest windows each flow
+    // can use (a segment for a wide flow, the kernel's smallest window for a
+    // narrow one) rather than none.
+    let smallest = || {
+        flows
+            .iter()
+            .map(|f| {
+                if f.widest > 2 * MIN_SUB_SEGMENT {
+                    f.mss
+                } else {
+                    MIN_SUB_SEGMENT.min(f.mss)
+                }
+            })
+            .collect()
+    };
     // Wide flows take a segment each, which lowers the narrow flows' share,
     // which can make more flows wide: iterate to the fixed point (the wide set
     // only grows, so this ends within n rounds).
@@ -240,7 +263,7 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
             }
         }
         let Some(rest) = budget.checked_sub(taken) else {
-            return lifted();
+            return smallest();
         };
         let next = rest.checked_div(narrow).unwrap_or(sub);
         if next >= sub {
@@ -249,7 +272,7 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
         sub = next;
     }
     if sub < MIN_SUB_SEGMENT {
-        return lifted();
+        return smallest();
     }
     flows
         .iter()
@@ -574,15 +597,25 @@ mod tests {
     }
 
     #[test]
-    fn shares_below_the_kernels_smallest_window_lift_the_clamps() {
+    fn overcommitted_shares_keep_the_smallest_usable_windows() {
+        // With sub-segment shares on, an overcommitted budget keeps the
+        // smallest windows each flow can use instead.
         assert_eq!(
             divide(23_600, 1 << 20, true, &[NARROW; 21]),
-            vec![1 << 20; 21]
+            vec![MIN_SUB_SEGMENT; 21]
         );
         // Too many wide flows for a segment each.
+        assert_eq!(divide(23_600, 1 << 20, true, &[WIDE; 17]), vec![1448; 17]);
+        let mut flows = vec![NARROW; 20];
+        flows[..17].fill(WIDE);
         assert_eq!(
-            divide(23_600, 1 << 20, true, &[WIDE; 17]),
-            vec![1 << 20; 17]
+            divide(23_600, 1 << 20, true, &flows),
+            [vec![1448; 17], vec![MIN_SUB_SEGMENT; 3]].concat()
+        );
+        // Without them, the clamps are lifted.
+        assert_eq!(
+            divide(23_600, 1 << 20, false, &[NARROW; 21]),
+            vec![1 << 20; 21]
         );
     }
 
