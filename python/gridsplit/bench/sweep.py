@@ -237,12 +237,19 @@ def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, fl
         # The daemon's CPU from the job's start to its result, over the measurement
         # window: the window is where the traffic is, so this overstates by the
         # job's start-up (connections open lazily, in the window), never understates.
-        "gateways": {site: {"cpu_s": round(s, 4), "pct": round(100 * s / window, 2) if window > 0 else None,
-                            **({} if gw_softirq is None else {
-                                "softirq_s": round(gw_softirq.get(site, 0.0), 4),
-                                "softirq_pct": round(100 * gw_softirq.get(site, 0.0) / window, 2) if window > 0 else None})}
+        "gateways": {site: _gw_cpu(s, None if gw_softirq is None else gw_softirq.get(site, 0.0), window)
                      for site, s in gw_cpu.items()},
     }
+
+
+def _gw_cpu(cpu_s: float, softirq_s: float | None, window: float) -> dict[str, Any]:
+    def pct(v: float) -> float | None:
+        return round(100 * v / window, 2) if window > 0 else None
+
+    out = {"cpu_s": round(cpu_s, 4), "pct": pct(cpu_s)}
+    if softirq_s is not None:
+        out |= {"softirq_s": round(softirq_s, 4), "softirq_pct": pct(softirq_s)}
+    return out
 
 
 # -- running one point -------------------------------------------------------------
@@ -267,6 +274,8 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         prog.append("--check")
     env = {**RANK_ENV.get(p.impl, {}), **(rank_env or {}), **(split_env(state) if p.mode == "split" else {})}
     gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
+    # Gateways carry traffic in split mode only; their softirq is traced then.
+    sirq = sirq if p.mode == "split" else None
 
     for attempt in (1, 2):
         before = C.snapshot_many([state.ns(h) for h in watched.values()])
@@ -329,7 +338,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         "cpu": {**cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
                               if p.mode == "split" else {},
                               {s: softirq.get(pid, 0.0) for s, pid in gw_pids.items()}
-                              if sirq and p.mode == "split" and not softirq_lost else None),
+                              if sirq and not softirq_lost else None),
                 **({"softirq_trace_lost": softirq_lost} if softirq_lost else {})},
         "timing": res.get("timing"), "run_wall_s": round(wall, 3), "attempts": attempt,
         "finalize_hang": cp.returncode == TIMED_OUT,

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from .. import sysdeps
 from ..errors import GridsplitError
-from ..gateway import lan_initrwnd
+from ..gateway import lan_initrwnd, lan_mss
 from ..topology import GatewaySettings, Host, Topology, load_topology
 from . import names as N
 from .names import LabNames
@@ -395,7 +395,6 @@ def gateway_lan_mss(topo: Topology, site: str) -> int:
     """`[lan] mss` of a site's gateway: 0 (the interface's MSS) unless
     GRIDSPLIT_LAB_LAN_MSS=auto (gateway.lan_mss) or =N (N where lan_mss would
     reduce it), to measure what a reduced MSS changes."""
-    from ..gateway import lan_mss
     v = os.environ.get("GRIDSPLIT_LAB_LAN_MSS", "0")
     if v != "auto" and not (v.isdigit() and (v == "0" or 536 <= int(v) <= 1460)):
         raise GridsplitError(f"GRIDSPLIT_LAB_LAN_MSS={v!r}: give 0 (the default), auto, or an MSS of 536-1460 bytes")

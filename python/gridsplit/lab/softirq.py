@@ -23,8 +23,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ..errors import GridsplitError
-from .tcptrace import TRACEFS, remove_instance
+from .tcptrace import TRACEFS, make_instance, overruns, remove_instance
 
 EVENTS = ("irq/softirq_entry", "irq/softirq_exit")
 # `  gridsplitd-27410  [001] ..s1. 6093.123456: softirq_entry: vec=3 [action=NET_RX]`
@@ -68,11 +67,7 @@ class SoftirqClock:
         return None
 
     def start(self) -> None:
-        try:
-            self.dir.mkdir(exist_ok=True)
-            (self.dir / "buffer_size_kb").write_text(str(self.buffer_kb))
-        except OSError as e:
-            raise GridsplitError(f"cannot set up tracefs instance {self.dir}: {e.strerror} (needs root and tracefs)") from None
+        make_instance(self.dir, self.buffer_kb)
 
     def watch(self, pids) -> None:
         """Record the softirqs run while any thread of `pids` is current, from now on."""
@@ -97,10 +92,7 @@ class SoftirqClock:
         """(softirq seconds per watched pid, events lost to a full buffer), recording stopped."""
         self.stop()
         by_tid = parse((self.dir / "trace").read_text())
-        lost = 0
-        for stats in (self.dir / "per_cpu").glob("cpu*/stats"):
-            m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
-            lost += int(m.group(1)) if m else 0
+        lost = overruns(self.dir)
         (self.dir / "trace").write_text("")
         out: dict[int, float] = defaultdict(float)
         for tid, s in by_tid.items():

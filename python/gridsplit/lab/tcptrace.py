@@ -118,9 +118,8 @@ class Trace:
         return None
 
     def start(self) -> None:
+        make_instance(self.dir, self.buffer_kb)
         try:
-            self.dir.mkdir(exist_ok=True)
-            (self.dir / "buffer_size_kb").write_text(str(self.buffer_kb))
             for ev in EVENTS:
                 (self.dir / "events" / ev / "filter").write_text("family == 2")
                 (self.dir / "events" / ev / "enable").write_text("1")
@@ -134,14 +133,30 @@ class Trace:
     def collect(self) -> TraceResult:
         """Everything recorded since the last clear, then clear."""
         res = parse((self.dir / "trace").read_text())
-        for stats in (self.dir / "per_cpu").glob("cpu*/stats"):
-            m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
-            res.overrun += int(m.group(1)) if m else 0
+        res.overrun = overruns(self.dir)
         self.clear()
         return res
 
     def close(self) -> None:
         remove_instance(self.dir, EVENTS)
+
+
+def make_instance(path: Path, buffer_kb: int) -> None:
+    """Create a tracefs instance (or reuse one of that name) with a per-CPU buffer of `buffer_kb`."""
+    try:
+        path.mkdir(exist_ok=True)
+        (path / "buffer_size_kb").write_text(str(buffer_kb))
+    except OSError as e:
+        raise GridsplitError(f"cannot set up tracefs instance {path}: {e.strerror} (needs root and tracefs)") from None
+
+
+def overruns(path: Path) -> int:
+    """Events an instance lost to a full buffer since it was last cleared, over all CPUs."""
+    lost = 0
+    for stats in (path / "per_cpu").glob("cpu*/stats"):
+        m = re.search(r"^overrun: (\d+)", stats.read_text(), re.M)
+        lost += int(m.group(1)) if m else 0
+    return lost
 
 
 def remove_instance(path: Path, events=EVENTS) -> None:
