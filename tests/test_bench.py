@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from gridsplit.bench.sweep import attribute, read_rows, summarize
 from gridsplit.lab import counters as C
 from gridsplit.lab.names import LabNames, sw_port
 from gridsplit.lab.realize import load_state, tbf_line
-from gridsplit.lab import softirq
+from gridsplit.lab import queues, softirq
 from gridsplit.lab.tcptrace import Trace, parse
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
@@ -107,6 +108,7 @@ def test_attribution_puts_known_losses_where_they_happened(lab):
         time.sleep(0.5)
         before = C.snapshot(state.ns(src))
         drops0 = [_tbf_drops(ns, port) for ns, port, _ in ports]
+        q0 = queues.snapshot(state)
         trace.clear()
         clients = [subprocess.Popen(["ip", "netns", "exec", state.ns(src), "iperf3", "-c", str(h.ip), "-p", "5301",
                                      "-t", "3", "-C", "cubic"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -116,6 +118,7 @@ def test_attribution_puts_known_losses_where_they_happened(lab):
         after = C.snapshot(state.ns(src))
         tr = trace.collect()
         drops_local, drops_distant = (_tbf_drops(ns, port) - d0 for (ns, port, _), d0 in zip(ports, drops0))
+        q = queues.delta(q0, queues.snapshot(state))
     finally:
         trace.close()
         for s in servers:
@@ -124,6 +127,9 @@ def test_attribution_puts_known_losses_where_they_happened(lab):
         for ns, port, site in ports:  # back to the lab's own switch ports for the tests that follow
             tc(ns, tbf_line(port, site.nic_mbps, site.switch_buffer_bytes, "switch"))
     assert drops_local > 5 and drops_distant > 5, (drops_local, drops_distant)
+    # The bench's per-queue record names the same two ports with the same counts.
+    assert q.get(f"{loc.site} switch → {loc.name}") == drops_local, q
+    assert q.get(f"{dist.site} switch → {dist.name}") == drops_distant, q
     by_class = tr.by_class(topo)
     # Every segment lost in a switch is sent again on its own connection. (Another lab
     # running at the same time could add events, never remove them.)
@@ -179,6 +185,25 @@ def test_report_renders_from_recorded_file(tmp_path):
     assert any(p.startswith("cpu-") for p in pngs)
     assert html.count("data:image/png;base64,") == len(pngs)
     assert str(tmp_path / "rep" / "index.html") in cp.stdout
+
+
+def test_report_says_which_queues_dropped_and_the_ratio_floor(tmp_path):
+    """Rows carrying per-queue drops get them in the report (scaled to 200 operations); ratio misses get their floor."""
+    rows = [json.loads(l) for l in (DATA / "paper-n4-openmpi.jsonl").read_text().splitlines() if l.strip()]
+    for r in rows:
+        if r.get("kind") == "point":
+            r["drops"] = {"sophia switch → sophia-1": 2 * r["reps"]} if r["mode"] == "direct" else {}
+    f = tmp_path / "sweep.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gridsplit("report", str(f), "--out", str(tmp_path / "rep"))
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "Where packets were dropped" in page and "sophia switch → sophia-1: 400" in page
+    points = [r for r in rows if r.get("kind") == "point"]
+    floors = {(s["nodes"], s["size_bytes"]): s["ratio_floor"] for s in summarize(points)}
+    direct = [r for r in points if r["mode"] == "direct"]
+    n, m = direct[0]["nodes"], direct[0]["size_bytes"]
+    effs = [r["efficiency"] for r in direct if (r["nodes"], r["size_bytes"]) == (n, m)]
+    assert floors[(n, m)] == pytest.approx(statistics.median(effs))
 
 
 def test_report_lists_runs_that_failed(tmp_path):

@@ -40,7 +40,7 @@ from .. import machine, sysdeps
 from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
-from ..lab import realize
+from ..lab import queues, realize
 from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
@@ -279,6 +279,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
 
     for attempt in (1, 2):
         before = C.snapshot_many([state.ns(h) for h in watched.values()])
+        q_before = queues.snapshot(state)
         gw_before = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
         if trace:
             trace.clear()
@@ -300,6 +301,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
                     expect_lines=1, on_result=at_result)
         wall = time.monotonic() - t0
         after = C.snapshot_many([state.ns(h) for h in watched.values()])
+        q_after = queues.snapshot(state)
         tr = trace.collect() if trace else None
         softirq, softirq_lost = sirq.collect() if sirq else ({}, 0)
         lines = [json.loads(l) for l in (cp.stdout or "").splitlines() if l.startswith("{")]
@@ -334,6 +336,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
             "trace_overrun": tr.overrun if tr else None,
             "by_host": {name: {k: v for k, v in d.items() if k in C.HEADLINE} for name, d in deltas.items()},
         },
+        "drops": queues.delta(q_before, q_after),
         # Softirq time is left out (not zero) when its trace lost events.
         "cpu": {**cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
                               if p.mode == "split" else {},
@@ -560,6 +563,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "wan_retrans_split": _med(split, lambda r: r["counters"]["distant"]["RetransSegs"]),
                 "wan_rto_split": max((r["counters"]["distant"]["TCPTimeouts"] for r in split), default=None),
                 "efficiency_split": _med(split, "efficiency"),
+                # split time >= the bound, so split/direct can go no lower than direct's own efficiency.
+                "ratio_floor": _med(direct, "efficiency"),
             })
     return out
 
