@@ -1,6 +1,6 @@
 # Medians (min-max) over repetitions of a gather sweep JSONL: split/direct time, the busier
 # gateway's CPU (and, where the sweep traced it, the part of it spent in softirq), split
-# efficiency, and timeouts. Usage: python3 THIS FILE [RESULTS.jsonl] (default: v5; v6 uses it too).
+# efficiency, timeouts, and (v7 on) which queues dropped. Usage: python3 THIS FILE [RESULTS.jsonl] (default: v5; v6 uses it too).
 import json, sys, statistics as st, collections
 f = sys.argv[1] if len(sys.argv) > 1 else __file__.replace("-tables.py", ".jsonl")
 pts = collections.defaultdict(dict)
@@ -35,3 +35,13 @@ for title, d, p in tables:
 print("\n### timeouts (direct distant / split local / split distant), points with any\n")
 for k in sorted(lto):
     if any(any(x) for x in lto[k]): print(f"| {k[0]} {k[1]} × {lab(k[2])} | " + ", ".join("/".join(map(str, x)) for x in lto[k]) + " |")
+# Rows from v7 on record which lab queue dropped packets: for each split run with WAN
+# retransmissions, where the drops were (and the same for the paired direct run).
+wq = [(k, m) for k, m in sorted(pts.items()) if 'split' in m and 'drops' in m['split']
+      and m['split']['counters']['distant'].get('RetransSegs', 0)]
+if wq:
+    print("\n### split runs with WAN retransmissions: WAN retrans, and drops per queue (split | direct)\n")
+    for (impl, n, s, k), m in wq:
+        q = lambda r: ", ".join(f"{a}: {b}" for a, b in sorted(r.get('drops', {}).items(), key=lambda x: -x[1])) or "none"
+        print(f"| {impl} {n} × {lab(s)} #{k} | {m['split']['counters']['distant']['RetransSegs']} | {q(m['split'])} | "
+              f"{q(m['direct']) if 'direct' in m else ''} |")

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from ..errors import GridsplitError
+from ..lab.check import LATE_FRACTION_MAX, STALL_US
 from .sweep import median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
@@ -300,6 +301,17 @@ def drop_tables(points: list[dict]) -> str:
             rows.append(row)
         parts.append(f"<h3>{op}, {impl}</h3>" + _table(["nodes", "size", "direct: queues that dropped",
                                                          "split: queues that dropped"], rows))
+    emu = [r for r in have if r.get("emulator")]
+    if emu:
+        behind = [r for r in emu if r["emulator"]["late_fraction"] > LATE_FRACTION_MAX or r["emulator"]["stall"]]
+        worst = max(r["emulator"]["worst_late_us"] for r in emu)
+        parts.append(f"<p>The delay line kept its schedule (at most {LATE_FRACTION_MAX:.0%} of frames over its "
+                     f"lateness threshold, no single frame {STALL_US / 1000:g} ms late) in {len(emu) - len(behind)} "
+                     f"of {len(emu)} runs; its worst lateness in any run was {worst / 1000:.1f} ms. "
+                     + ("Runs where it fell behind: " + "; ".join(html.escape(
+                         f"{r['impl']} {r['mode']} n={r['nodes']} {fmt_size(r['size_bytes'])} #{r['repeat']} "
+                         f"({r['emulator']['late_fraction']:.1%} late, worst {r['emulator']['worst_late_us'] / 1000:.1f} ms)")
+                         for r in behind[:8]) + ("…" if len(behind) > 8 else "") + "." if behind else "") + "</p>")
     return "".join(parts)
 
 

@@ -279,7 +279,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
 
     for attempt in (1, 2):
         before = C.snapshot_many([state.ns(h) for h in watched.values()])
-        q_before = queues.snapshot(state)
+        q_before = queues.snapshot(state, new_window=True)
         gw_before = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
         if trace:
             trace.clear()
@@ -336,7 +336,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
             "trace_overrun": tr.overrun if tr else None,
             "by_host": {name: {k: v for k, v in d.items() if k in C.HEADLINE} for name, d in deltas.items()},
         },
-        "drops": queues.delta(q_before, q_after),
+        "drops": queues.delta(q_before, q_after), "emulator": queues.emulator(q_before, q_after),
         # Softirq time is left out (not zero) when its trace lost events.
         "cpu": {**cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
                               if p.mode == "split" else {},

@@ -9,7 +9,10 @@ WAN-buffer one, or from the emulator falling behind its schedule: which is
 what decides whether a loss is the network being emulated or the machine.
 
 Labels name a queue by what it feeds ("bordeaux switch → bordeaux-gw"), so a
-result row reads without knowing the lab's interface names.
+result row reads without knowing the lab's interface names. A snapshot also
+keeps the delay line's schedule (frames sent late, the worst lateness) and the
+VM's steal time: a drop that follows a stall of the delay line is the machine's,
+not the emulated network's.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from . import names as N
+from .check import emulator_health, steal_ticks
 from .realize import LabState
 from .sh import run
 
@@ -56,14 +61,15 @@ def _qdisc_drops(ns: str, devs: dict[str, str]) -> dict[str, int]:
             if q.get("root") and q.get("dev") in devs}
 
 
-def _fresh_delay_line_stats(state: LabState) -> dict[str, Any] | None:
-    """The delay line's statistics as of now: it rewrites them on SIGUSR1 (within 20 ms)."""
+def _fresh_delay_line_stats(state: LabState, new_window: bool) -> dict[str, Any] | None:
+    """The delay line's statistics as of now: it rewrites them on SIGUSR1, or on
+    SIGUSR2, which also starts a new window for its worst lateness (within 20 ms)."""
     pid = state.wanem_pid
     if pid is None or not os.path.exists(f"/proc/{pid}"):
         return None
     try:
         old = state.wanem_stats().get("uptime_s")
-        os.kill(pid, signal.SIGUSR1)
+        os.kill(pid, signal.SIGUSR2 if new_window else signal.SIGUSR1)
     except Exception:  # unreadable or gone: the run's other records still stand
         return None
     deadline = time.monotonic() + 1.0
@@ -78,8 +84,16 @@ def _fresh_delay_line_stats(state: LabState) -> dict[str, Any] | None:
     return None
 
 
-def snapshot(state: LabState) -> dict[str, int]:
-    """Cumulative drops per queue label (the delay line's counters included when it answers)."""
+@dataclass
+class Snapshot:
+    drops: dict[str, int]  # cumulative, per queue label
+    delay_line: dict[str, Any] | None  # its statistics, None if it did not answer
+    steal: int  # the VM's steal time, clock ticks
+
+
+def snapshot(state: LabState, new_window: bool = False) -> Snapshot:
+    """Cumulative drops per queue label (the delay line's counters included when it
+    answers); `new_window` at the start of a run, so that its worst lateness is the run's."""
     lab = labels(state)
     # One tc per namespace; threads because each is a fork and exec, and a run's
     # snapshot sits between two measurements.
@@ -88,15 +102,26 @@ def snapshot(state: LabState) -> dict[str, int]:
     out = {k: v for p in parts for k, v in p.items()}
     # The delay line names a direction by the WAN-side devices it reads and writes.
     side = {N.wan_if(w.index, s): site for w in state.topo.wans for s, site in (("a", w.a), ("b", w.b))}
-    st = _fresh_delay_line_stats(state)
+    st = _fresh_delay_line_stats(state, new_window)
     for link in (st or {}).get("links", []):
         a, b = side.get(link.get("from"), link.get("from")), side.get(link.get("to"), link.get("to"))
         for key, what in DELAY_LINE_DROPS.items():
             out[f"delay line {a} → {b}: {what}"] = int(link.get(key, 0))
-    return out
+    return Snapshot(out, st, steal_ticks())
 
 
-def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+def delta(before: Snapshot, after: Snapshot) -> dict[str, int]:
     """Drops during a run, queues that dropped nothing left out. A queue missing
     from either side (its namespace did not answer) is left out, not counted from 0."""
-    return {k: after[k] - before[k] for k in sorted(after) if k in before and after[k] > before[k]}
+    a, b = after.drops, before.drops
+    return {k: a[k] - b[k] for k in sorted(a) if k in b and a[k] > b[k]}
+
+
+def emulator(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
+    """Did the delay line keep its schedule between two snapshots (the first with a new window)?
+    Frames sent, frames late by more than its threshold, the worst lateness, the VM's steal."""
+    if before.delay_line is None or after.delay_line is None:
+        return None
+    steal_ms = (after.steal - before.steal) * 1000 / os.sysconf("SC_CLK_TCK")
+    h = emulator_health(before.delay_line, after.delay_line, steal_ms)
+    return {k: h[k] for k in ("packets", "late", "late_fraction", "worst_late_us", "stall", "steal_ms")}
