@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import GridsplitError
 from . import names as N
 from .check import emulator_health, steal_ticks
 from .realize import LabState
@@ -70,14 +71,14 @@ def _fresh_delay_line_stats(state: LabState, new_window: bool) -> dict[str, Any]
     try:
         old = state.wanem_stats().get("uptime_s")
         os.kill(pid, signal.SIGUSR2 if new_window else signal.SIGUSR1)
-    except Exception:  # unreadable or gone: the run's other records still stand
+    except (GridsplitError, OSError):  # unreadable or gone: the run's other records still stand
         return None
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         time.sleep(0.02)
         try:
             st = state.wanem_stats()
-        except Exception:
+        except GridsplitError:  # caught mid-rewrite
             continue
         if st.get("uptime_s") != old:
             return st
