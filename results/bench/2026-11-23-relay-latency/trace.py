@@ -11,8 +11,14 @@ frame, passed through). For relay episodes it prints the median and p90 of:
   work  time from running to the end of its last write
   run   time from running to sleeping again
 
+Tracing system calls turns on the syscall tracepoint for every task on the
+machine (filters apply afterwards), and the MPI ranks make millions of
+sched_yield calls: that slowed the ping-pong by 2 ms per half round trip here.
+`--no-syscalls` traces the scheduler events only (then an episode that ran at
+all counts, and `work` is not measured).
+
 Usage (lab `paper` up under GRIDSPLIT_LAB_PREFIX, from the repository root):
-    python3 results/bench/2026-11-23-relay-latency/trace.py [--size 8] [--reps 2000]
+    python3 results/bench/2026-11-23-relay-latency/trace.py [--size 8] [--reps 2000] [--no-syscalls]
 Prints one JSON line with the figures, after a human-readable summary.
 """
 
@@ -22,11 +28,11 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 from gridsplit import sysdeps
+from gridsplit.lab.mpi import RANK_ENV, mpirun, split_env
 from gridsplit.lab.names import LabNames
 from gridsplit.lab.realize import load_state
 from gridsplit.lab.tcptrace import TRACEFS, make_instance, overruns, remove_instance
@@ -46,7 +52,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="8")
     ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--no-syscalls", action="store_true")
     a = ap.parse_args()
+    events = EVENTS[:2] if a.no_syscalls else EVENTS
     state = load_state(LabNames.from_env())
     pids = {k[3:]: v for k, v in state.data["pids"].items() if k.startswith("gw-")}
     tids = {int(t.name): site for site, pid in pids.items() for t in Path(f"/proc/{pid}/task").iterdir()}
@@ -57,16 +65,18 @@ def main() -> int:
         flt = {"sched/sched_waking": " || ".join(f"pid == {t}" for t in tids),
                "sched/sched_switch": " || ".join(f"next_pid == {t} || prev_pid == {t}" for t in tids),
                "raw_syscalls/sys_enter": own, "raw_syscalls/sys_exit": own}
-        for ev in EVENTS:
+        for ev in events:
             (inst / "events" / ev / "filter").write_text(flt[ev])
         (inst / "trace").write_text("")
-        for ev in EVENTS:
+        for ev in events:
             (inst / "events" / ev / "enable").write_text("1")
-        hosts = [state.topo.sites[1].name + "-1", state.topo.sites[0].name + "-1"]
-        cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "mpirun", "--split", "--impl", "openmpi",
-                             "--hosts", ",".join(hosts), "--", sysdeps.mpi_program("openmpi", "pingpong"),
-                             "-s", a.size, "-r", str(a.reps), "-w", "50"], capture_output=True, text=True, timeout=600)
-        for ev in EVENTS:
+        # As the bench runs it: the ranks yield when idle (RANK_ENV), so that two
+        # busy-polling ranks do not take both CPUs from the gateways.
+        hosts = [state.topo.host(state.topo.sites[1].name + "-1"), state.topo.host(state.topo.sites[0].name + "-1")]
+        cp = mpirun(state, "openmpi", 2, hosts, [sysdeps.mpi_program("openmpi", "pingpong"), "-s", a.size,
+                                                 "-r", str(a.reps), "-w", "50"],
+                    env={**RANK_ENV["openmpi"], **split_env(state)}, capture=True, timeout=600, expect_lines=1)
+        for ev in events:
             (inst / "events" / ev / "enable").write_text("0")
         text = (inst / "trace").read_text()
         lost = overruns(inst)
@@ -97,9 +107,10 @@ def main() -> int:
                 if re.search(r"prev_state=S", rest) and st.get("running"):
                     site = tids[prv]
                     episodes[site] += 1
-                    if st.get("last_write") and st.get("woken"):
+                    if (st.get("last_write") or a.no_syscalls) and st.get("woken"):
                         per_site[site]["wake"].append((st["in"] - st["woken"]) * 1e6)
-                        per_site[site]["work"].append((st["last_write"] - st["in"]) * 1e6)
+                        if st.get("last_write"):
+                            per_site[site]["work"].append((st["last_write"] - st["in"]) * 1e6)
                         per_site[site]["run"].append((ts - st["in"]) * 1e6)
                     state_by_tid[prv] = {}
             if nxt in tids:
@@ -113,7 +124,7 @@ def main() -> int:
             st = state_by_tid.setdefault(ctx, {})
             if st.get("running") and st.get("nr") in WRITES:
                 st["last_write"] = ts
-    out = {"size": a.size, "reps": a.reps, "half_rtt_median_ms": res.get("median_s", 0) * 1e3,
+    out = {"size": a.size, "reps": a.reps, "syscalls_traced": not a.no_syscalls, "half_rtt_median_ms": res.get("median_s", 0) * 1e3,
            "trace_lost": lost, "episodes": episodes, "relay": {}}
     for site, d in per_site.items():
         out["relay"][site] = {k: {"n": len(v), "median_us": round(statistics.median(v), 1) if v else None,
