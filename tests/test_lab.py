@@ -82,6 +82,15 @@ def test_mpi_gather_crosses_the_wan(lab, impl):
     assert moved >= 2 * size * reps, f"only {moved} bytes crossed the WAN"
 
 
+def test_mpirun_gives_open_mpi_ranks_the_bench_yield_setting_unless_poll(lab):
+    """Each rank sees what the bench gives it (mpi_yield_when_idle), and nothing with --poll."""
+    show = ["--", "sh", "-c", "echo yield=${OMPI_MCA_mpi_yield_when_idle:-unset}"]
+    cp = mpirun("--impl", "openmpi", "--hosts", "west-1,east-1", *show)
+    assert cp.stdout.split() == ["yield=1", "yield=1"], cp.stdout
+    cp = mpirun("--impl", "openmpi", "--poll", "--hosts", "west-1,east-1", *show)
+    assert cp.stdout.split() == ["yield=unset", "yield=unset"], cp.stdout
+
+
 def test_counters_over_a_command(lab):
     cp = gridsplit("lab", "counters", "--json", "east-1", "west-1", "--",
                    "gridsplit", "lab", "exec", "east-1", "--", "bash", "-c",

@@ -181,16 +181,19 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 @click.option("--split/--direct", default=False, show_default=True,
               help="Through the site gateways (libgridsplit.so preloaded into the ranks), or node to node.")
 @click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
+@click.option("--poll", is_flag=True,
+              help="Leave Open MPI's ranks busy-polling. By default they yield when idle, as in `gridsplit bench`: "
+                   "on a machine with few cores, polling ranks take the CPU the gateways and the delay line need.")
 @click.argument("prog", nargs=-1, required=True, type=click.UNPROCESSED)
-def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: bool, timeout: float | None,
+def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: bool, timeout: float | None, poll: bool,
            prog: tuple[str, ...]) -> None:
     """Run a real MPI job across lab nodes: gridsplit lab mpirun -n 4 -- PROG ARGS."""
-    from .mpi import mpirun as run_mpi, split_env
+    from .mpi import RANK_ENV, mpirun as run_mpi, split_env
     state = realize.load_state(_names())
     hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
     prog = prog[1:] if prog and prog[0] == "--" else prog
-    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=split_env(state) if split else None,
-                 timeout=timeout)
+    env = {**({} if poll else RANK_ENV.get(impl, {})), **(split_env(state) if split else {})}
+    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=env or None, timeout=timeout)
     sys.exit(cp.returncode)
 
 

@@ -99,7 +99,8 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
     return [rsh, "--exec", hosts[0].name, *argv], full_env
 
 
-# Per-library settings for the ranks of measurements (bench, model). On this
+# Per-library settings for the ranks of measurements (bench, model, and `lab
+# mpirun` unless --poll). On this
 # 2-vCPU machine every Open MPI rank busy-polls unless told to yield, and a rank
 # waiting for a message takes the CPU its peer, the gateways and the delay line
 # need: measured in the lab (paper, LAN pair, 1-byte ping-pong), median half
