@@ -51,6 +51,9 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         # The bound is physics: no run can beat it.
         assert r["bound_per_rep_s"] * r["reps"] <= r["total_s"]
         assert 0 < r["efficiency"] <= 1
+        # Where losses happened and whether the delay line kept time are recorded for every run.
+        assert isinstance(r["drops"], dict) and all(v > 0 for v in r["drops"].values())
+        assert r["emulator"]["packets"] > 0 and 0 <= r["emulator"]["late_fraction"] <= 1
         if r["mode"] == "split":
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
             assert all(g["softirq_s"] >= 0 and g["softirq_pct"] is not None for g in r["cpu"]["gateways"].values())

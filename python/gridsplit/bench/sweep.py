@@ -41,6 +41,7 @@ from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
 from ..lab import queues, realize
+from ..lab.check import LATE_FRACTION_MAX
 from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
@@ -529,11 +530,16 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
             f.flush()
             rows.append(row)
             dist = row["counters"]["distant"]
+            emu = row.get("emulator")
+            # Said as it happens: a run measured while the delay line lagged describes the machine.
+            lag = (f" [yellow]delay line behind: {emu['late_fraction']:.0%} late, worst "
+                   f"{emu['worst_late_us'] / 1000:.1f} ms[/yellow]"
+                   if emu and (emu["late_fraction"] > LATE_FRACTION_MAX or emu["stall"]) else "")
             bar.console.print(
                 f"{p.op} {p.impl:7} n={p.nodes:<2} {units.fmt_size(p.size):>5} {p.mode:6}"
                 f"{('/' + _short(p)) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "
                 f"({row['reps']} reps, eff {row['efficiency'] or 0:.2f}, WAN retrans {dist['RetransSegs']}, "
-                f"WAN RTO {dist['TCPTimeouts']})")
+                f"WAN RTO {dist['TCPTimeouts']}){lag}")
             bar.advance(task)
     return rows
 
