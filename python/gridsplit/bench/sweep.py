@@ -532,7 +532,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
             dist = row["counters"]["distant"]
             emu = row.get("emulator")
             # Said as it happens: a run measured while the delay line lagged describes the machine.
-            lag = (f" [yellow]delay line behind: {emu['late_fraction']:.0%} late, worst "
+            lag = (f" [yellow]delay line behind: {emu['late_fraction']:.1%} late, worst "
                    f"{emu['worst_late_us'] / 1000:.1f} ms[/yellow]"
                    if emu and (emu["late_fraction"] > LATE_FRACTION_MAX or emu["stall"]) else "")
             bar.console.print(
