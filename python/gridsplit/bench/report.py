@@ -24,6 +24,7 @@ import click
 
 from ..errors import GridsplitError
 from ..lab.check import LATE_FRACTION_MAX, STALL_US
+from ..lab.queues import fell_behind
 from .sweep import median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
@@ -284,7 +285,7 @@ def drop_tables(points: list[dict]) -> str:
     """Which of the lab's queues dropped packets (per 200 operations, median over repetitions)."""
     have = [r for r in points if "drops" in r]
     if not have:
-        return "<p>This result file predates per-queue drop counts (bench before 2026-11-23).</p>"
+        return "<p>This result file predates per-queue drop counts (bench before git cab96ce).</p>"
     parts = []
     for op, impl in sorted({(r["op"], r["impl"]) for r in have}):
         sel = [r for r in have if (r["op"], r["impl"]) == (op, impl)]
@@ -303,9 +304,9 @@ def drop_tables(points: list[dict]) -> str:
                                                          "split: queues that dropped"], rows))
     emu = [r for r in have if r.get("emulator")]
     if emu:
-        behind = [r for r in emu if r["emulator"]["late_fraction"] > LATE_FRACTION_MAX or r["emulator"]["stall"]]
+        behind = [r for r in emu if fell_behind(r["emulator"])]
         worst = max(r["emulator"]["worst_late_us"] for r in emu)
-        kept = "; ".join(f"{sum(1 for r in emu if r['mode'] == m and r not in behind)} of "
+        kept = "; ".join(f"{sum(1 for r in emu if r['mode'] == m and not fell_behind(r['emulator']))} of "
                          f"{sum(1 for r in emu if r['mode'] == m)} {m} runs" for m in ("direct", "split")
                          if any(r["mode"] == m for r in emu))
         parts.append(f"<p>The delay line kept its schedule (at most {LATE_FRACTION_MAX:.0%} of frames over its "

@@ -41,7 +41,6 @@ from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
 from ..lab import queues, realize
-from ..lab.check import LATE_FRACTION_MAX
 from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
@@ -273,7 +272,7 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     prog = [sysdeps.mpi_program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    env = {**RANK_ENV.get(p.impl, {}), **(rank_env or {}), **(split_env(state) if p.mode == "split" else {})}
+    env = {**(rank_env or {}), **(split_env(state) if p.mode == "split" else {})}  # over mpirun's RANK_ENV
     gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
     # Gateways carry traffic in split mode only; their softirq is traced then.
     sirq = sirq if p.mode == "split" else None
@@ -534,7 +533,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
             # Said as it happens: a run measured while the delay line lagged describes the machine.
             lag = (f" [yellow]delay line behind: {emu['late_fraction']:.1%} late, worst "
                    f"{emu['worst_late_us'] / 1000:.1f} ms[/yellow]"
-                   if emu and (emu["late_fraction"] > LATE_FRACTION_MAX or emu["stall"]) else "")
+                   if emu and queues.fell_behind(emu) else "")
             bar.console.print(
                 f"{p.op} {p.impl:7} n={p.nodes:<2} {units.fmt_size(p.size):>5} {p.mode:6}"
                 f"{('/' + _short(p)) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "

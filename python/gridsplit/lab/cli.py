@@ -188,12 +188,12 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: bool, timeout: float | None, poll: bool,
            prog: tuple[str, ...]) -> None:
     """Run a real MPI job across lab nodes: gridsplit lab mpirun -n 4 -- PROG ARGS."""
-    from .mpi import RANK_ENV, mpirun as run_mpi, split_env
+    from .mpi import mpirun as run_mpi, split_env
     state = realize.load_state(_names())
     hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
     prog = prog[1:] if prog and prog[0] == "--" else prog
-    env = {**({} if poll else RANK_ENV.get(impl, {})), **(split_env(state) if split else {})}
-    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=env or None, timeout=timeout)
+    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=split_env(state) if split else None,
+                 timeout=timeout, poll=poll)
     sys.exit(cp.returncode)
 
 

@@ -99,8 +99,8 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
     return [rsh, "--exec", hosts[0].name, *argv], full_env
 
 
-# Per-library settings for the ranks of measurements (bench, model, and `lab
-# mpirun` unless --poll). On this
+# Per-library settings every rank gets from `mpirun` below (unless `poll`):
+# bench, model and `lab mpirun` alike. On this
 # 2-vCPU machine every Open MPI rank busy-polls unless told to yield, and a rank
 # waiting for a message takes the CPU its peer, the gateways and the delay line
 # need: measured in the lab (paper, LAN pair, 1-byte ping-pong), median half
@@ -114,8 +114,8 @@ TIMED_OUT = -9  # returncode of a job stopped at its timeout when keep_partial i
 def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
            env: dict[str, str] | None = None, capture: bool = False, timeout: float | None = None,
            keep_partial: bool = False, expect_lines: int = 0, grace: float = 15.0,
-           on_result: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
-    """Run one MPI job in the lab.
+           on_result: Callable[[], None] | None = None, poll: bool = False) -> subprocess.CompletedProcess:
+    """Run one MPI job in the lab, its ranks given RANK_ENV (unless `poll`) and then `env`.
 
     With keep_partial, a job stopped at its timeout returns what it printed
     (returncode TIMED_OUT) instead of raising: a benchmark whose results are
@@ -131,7 +131,7 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
         raise GridsplitError("no program given; usage: gridsplit lab mpirun -n N -- PROG ARGS")
     if not hosts:
         raise GridsplitError("no hosts to run on")
-    argv, full_env = command(state, impl, n, hosts, prog, env or {})
+    argv, full_env = command(state, impl, n, hosts, prog, {**({} if poll else RANK_ENV.get(impl, {})), **(env or {})})
     # A session of its own, so that a timeout can find everything the launcher
     # started (proxies make sessions of their own, hence the tree walk below).
     proc = subprocess.Popen(argv, env=full_env, text=True, start_new_session=True,

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import GridsplitError
 from . import names as N
-from .check import emulator_health, steal_ticks
+from .check import LATE_FRACTION_MAX, emulator_health, steal_ticks
 from .realize import LabState
 from .sh import run
 
@@ -126,3 +126,8 @@ def emulator(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
     steal_ms = (after.steal - before.steal) * 1000 / os.sysconf("SC_CLK_TCK")
     h = emulator_health(before.delay_line, after.delay_line, steal_ms)
     return {k: h[k] for k in ("packets", "late", "late_fraction", "worst_late_us", "stall", "steal_ms")}
+
+
+def fell_behind(emu: dict[str, Any]) -> bool:
+    """An `emulator` record outside the lab's own bound: too many late frames, or one stall."""
+    return emu["late_fraction"] > LATE_FRACTION_MAX or emu["stall"]

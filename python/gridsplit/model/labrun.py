@@ -68,9 +68,7 @@ def layout(state: LabState, n_remote: int) -> list[Host]:
 def run_json(state: LabState, impl: str, hosts: list[Host], prog: list[str], split: bool = False,
              timeout: float = 900) -> list[dict[str, Any]]:
     """One MPI job; its stdout's JSON lines. A MPICH finalize hang (pmodels/mpich#6596) is retried once."""
-    env = dict(RANK_ENV.get(impl, {}))
-    if split:
-        env.update(split_env(state))
+    env = split_env(state) if split else None  # mpirun gives the ranks RANK_ENV
     argv = [sysdeps.mpi_program(impl, prog[0]), *prog[1:]]
     for attempt in (1, 2):
         try:

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Small messages with the vCPUs kept out of their halt state (PM QoS: /dev/cpu_dma_latency
 # held at 0 µs, so cpuidle only polls) against the default, interleaved rounds.
+# (Run from /tmp/idle as written; it writes into this directory.)
 # The request is process-scoped: it ends when the holder exits.
 cd /work/main
 export GRIDSPLIT_LAB_PREFIX=gsx

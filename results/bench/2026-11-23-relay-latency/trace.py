@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from gridsplit import sysdeps
-from gridsplit.lab.mpi import RANK_ENV, mpirun, split_env
+from gridsplit.lab.mpi import mpirun, split_env
 from gridsplit.lab.names import LabNames
 from gridsplit.lab.realize import load_state
 from gridsplit.lab.tcptrace import TRACEFS, make_instance, overruns, remove_instance
@@ -70,12 +70,12 @@ def main() -> int:
         (inst / "trace").write_text("")
         for ev in events:
             (inst / "events" / ev / "enable").write_text("1")
-        # As the bench runs it: the ranks yield when idle (RANK_ENV), so that two
-        # busy-polling ranks do not take both CPUs from the gateways.
+        # As the bench runs it: mpirun has the ranks yield when idle (RANK_ENV), so
+        # that two busy-polling ranks do not take both CPUs from the gateways.
         hosts = [state.topo.host(state.topo.sites[1].name + "-1"), state.topo.host(state.topo.sites[0].name + "-1")]
         cp = mpirun(state, "openmpi", 2, hosts, [sysdeps.mpi_program("openmpi", "pingpong"), "-s", a.size,
                                                  "-r", str(a.reps), "-w", "50"],
-                    env={**RANK_ENV["openmpi"], **split_env(state)}, capture=True, timeout=600, expect_lines=1)
+                    env=split_env(state), capture=True, timeout=600, expect_lines=1)
         for ev in events:
             (inst / "events" / ev / "enable").write_text("0")
         text = (inst / "trace").read_text()

@@ -1,5 +1,6 @@
 #!/bin/bash
 # Interleaved rounds: scale 10 (default) vs scale 1, small gathers, Open MPI.
+# (Run as written: results went to /tmp/sc and were copied into this directory.)
 cd /work/main
 export GRIDSPLIT_LAB_PREFIX=gsx
 for k in 1 2 3; do

@@ -1,5 +1,6 @@
 #!/bin/bash
 # Ping-pong, direct vs split, at scale 1 and at scale 10: the latency one crossing adds.
+# (Run as written: results went to /tmp/sc and were copied into this directory.)
 cd /work/main
 export GRIDSPLIT_LAB_PREFIX=gsx
 for s in 1 10; do

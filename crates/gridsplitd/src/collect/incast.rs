@@ -234,17 +234,17 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
     if !sub_segment {
         return lifted();
     }
-    // Overcommitted with sub-segment shares on: the smallest windows each flow
-    // can use (a segment for a wide flow, the kernel's smallest window for a
-    // narrow one) rather than none.
-    let smallest = || {
+    // A segment for each flow that is wide at narrow share `sub`, `sub` (at
+    // most a segment) for the others. Overcommitted, it is taken at
+    // MIN_SUB_SEGMENT: the smallest windows each flow can use rather than none.
+    let at = |sub: usize| -> Vec<usize> {
         flows
             .iter()
             .map(|f| {
-                if f.widest > 2 * MIN_SUB_SEGMENT {
+                if f.widest > 2 * sub {
                     f.mss
                 } else {
-                    MIN_SUB_SEGMENT.min(f.mss)
+                    sub.min(f.mss)
                 }
             })
             .collect()
@@ -263,7 +263,7 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
             }
         }
         let Some(rest) = budget.checked_sub(taken) else {
-            return smallest();
+            return at(MIN_SUB_SEGMENT);
         };
         let next = rest.checked_div(narrow).unwrap_or(sub);
         if next >= sub {
@@ -271,19 +271,7 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
         }
         sub = next;
     }
-    if sub < MIN_SUB_SEGMENT {
-        return smallest();
-    }
-    flows
-        .iter()
-        .map(|f| {
-            if f.widest > 2 * sub {
-                f.mss
-            } else {
-                sub.min(f.mss)
-            }
-        })
-        .collect()
+    at(sub.max(MIN_SUB_SEGMENT))
 }
 
 impl LanWindows {
