@@ -19,7 +19,7 @@ import pytest
 
 from conftest import PREFIX, gridsplit
 
-from gridsplit.bench.sweep import attribute, read_rows, summarize
+from gridsplit.bench.sweep import FULL_FRAME, attribute, read_rows, summarize
 from gridsplit.lab import counters as C
 from gridsplit.lab.names import LabNames, sw_port
 from gridsplit.lab.realize import load_state, tbf_line
@@ -53,6 +53,9 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         assert 0 < r["efficiency"] <= 1
         # Where losses happened and whether the delay line kept time are recorded for every run.
         assert isinstance(r["drops"], dict) and all(v > 0 for v in r["drops"].values())
+        # Every run's data went through the root's switch port, in frames no larger than full size.
+        port = r["frames"]["west switch → west-1"]
+        assert port["bytes"] > r["nodes"] * r["size_bytes"] * r["reps"] and port["bytes"] <= FULL_FRAME * port["packets"]
         assert r["emulator"]["packets"] > 0 and 0 <= r["emulator"]["late_fraction"] <= 1
         if r["mode"] == "split":
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
@@ -74,12 +77,13 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
     assert len([r for r in read_rows(out) if r["kind"] == "point"]) == 16
 
 
-def _tbf_drops(ns: str, dev: str) -> int:
+def _tbf_counts(ns: str, dev: str) -> tuple[int, int, int]:
+    """(dropped, packets sent, bytes sent) as tc's text output gives them."""
     out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev], text=True,
                          capture_output=True, check=True).stdout
-    m = re.search(r"dropped (\d+)", out)
+    m = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", out)
     assert m, out
-    return int(m.group(1))
+    return int(m.group(3)), int(m.group(2)), int(m.group(1))
 
 
 @pytest.mark.lab
@@ -110,7 +114,7 @@ def test_attribution_puts_known_losses_where_they_happened(lab):
     try:
         time.sleep(0.5)
         before = C.snapshot(state.ns(src))
-        drops0 = [_tbf_drops(ns, port) for ns, port, _ in ports]
+        counts0 = [_tbf_counts(ns, port) for ns, port, _ in ports]
         q0 = queues.snapshot(state)
         trace.clear()
         clients = [subprocess.Popen(["ip", "netns", "exec", state.ns(src), "iperf3", "-c", str(h.ip), "-p", "5301",
@@ -120,8 +124,10 @@ def test_attribution_puts_known_losses_where_they_happened(lab):
             assert c.wait(timeout=30) == 0, c.stderr.read()
         after = C.snapshot(state.ns(src))
         tr = trace.collect()
-        drops_local, drops_distant = (_tbf_drops(ns, port) - d0 for (ns, port, _), d0 in zip(ports, drops0))
-        q = queues.delta(q0, queues.snapshot(state))
+        counts = [tuple(a - b for a, b in zip(_tbf_counts(ns, port), c0)) for (ns, port, _), c0 in zip(ports, counts0)]
+        (drops_local, *_), (drops_distant, *_) = counts
+        q1 = queues.snapshot(state)
+        q, sent = queues.delta(q0, q1), queues.traffic(q0, q1)
     finally:
         trace.close()
         for s in servers:
@@ -133,6 +139,12 @@ def test_attribution_puts_known_losses_where_they_happened(lab):
     # The bench's per-queue record names the same two ports with the same counts.
     assert q.get(f"{loc.site} switch → {loc.name}") == drops_local, q
     assert q.get(f"{dist.site} switch → {dist.name}") == drops_distant, q
+    # ... and what they sent: iperf3's full-size data frames (the hosts' segmentation
+    # offloads are off), a few of its control frames and nothing else.
+    for h, (_, packets, nbytes) in zip((loc, dist), counts):
+        rec = sent[f"{h.site} switch → {h.name}"]
+        assert rec == {"packets": packets, "bytes": nbytes}, (rec, packets, nbytes)
+        assert packets > 1000 and 1400 < nbytes / packets <= FULL_FRAME, (packets, nbytes)
     by_class = tr.by_class(topo)
     # Every segment lost in a switch is sent again on its own connection. (Another lab
     # running at the same time could add events, never remove them.)
@@ -191,16 +203,28 @@ def test_report_renders_from_recorded_file(tmp_path):
 
 
 def test_report_says_which_queues_dropped_and_the_ratio_floor(tmp_path):
-    """Rows carrying per-queue drops get them in the report (scaled to 200 operations); ratio misses get their floor."""
+    """Rows carrying per-queue drops get them in the report (scaled to 200 operations), and the data
+    path's shortest frames with the efficiency they allow; ratio misses get their floor."""
     rows = [json.loads(l) for l in (DATA / "paper-n4-openmpi.jsonl").read_text().splitlines() if l.strip()]
     for r in rows:
         if r.get("kind") == "point":
             r["drops"] = {"sophia switch → sophia-1": 2 * r["reps"]} if r["mode"] == "direct" else {}
+            # Full frames into the root; in split mode short ones into the sending gateway;
+            # and many acknowledgments, which are not the data path whatever their number.
+            p = 1000 * r["reps"]
+            r["frames"] = {"sophia switch → sophia-1": {"packets": p, "bytes": p * 1514},
+                           "sophia switch → router": {"packets": 5 * p, "bytes": 5 * p * 66}}
+            if r["mode"] == "split":
+                r["frames"]["bordeaux switch → bordeaux-gw"] = {"packets": 2 * p, "bytes": 2 * p * 641}
     f = tmp_path / "sweep.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     gridsplit("report", str(f), "--out", str(tmp_path / "rep"))
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "Where packets were dropped" in page and "sophia switch → sophia-1: 400" in page
+    # 575 bytes of payload in a 641-byte frame is 0.897 of it, against 0.956 in a full one.
+    assert "Frame sizes on the data path" in page
+    assert "641 B at bordeaux switch → bordeaux-gw (ceiling 0.94)" in page
+    assert "1514 B at sophia switch → sophia-1 (ceiling 1.00)" in page and "66 B" not in page
     points = [r for r in rows if r.get("kind") == "point"]
     floors = {(s["nodes"], s["size_bytes"]): s["ratio_floor"] for s in summarize(points)}
     direct = [r for r in points if r["mode"] == "direct"]

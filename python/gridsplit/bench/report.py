@@ -25,7 +25,7 @@ import click
 from ..errors import GridsplitError
 from ..lab.check import LATE_FRACTION_MAX, STALL_US
 from ..lab.queues import fell_behind
-from .sweep import median_of, read_rows, row_key, summarize, variant_tag
+from .sweep import HEADERS, frame_ceiling, median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
 # Seed 000 Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
@@ -319,6 +319,43 @@ def drop_tables(points: list[dict]) -> str:
     return "".join(parts)
 
 
+def data_path_frames(rows: list[dict]) -> tuple[str, float] | None:
+    """The queue with the smallest mean frame among those that carried the runs' data
+    (at least half the bytes of the busiest queue), over all `rows` together: (label, mean frame)."""
+    tot: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        for q, c in r.get("frames", {}).items():
+            tot[q][0] += c["packets"]
+            tot[q][1] += c["bytes"]
+    if not tot:
+        return None
+    top = max(b for _, b in tot.values())
+    return min(((q, b / p) for q, (p, b) in tot.items() if p and b >= top / 2), key=lambda x: x[1])
+
+
+def frame_tables(points: list[dict]) -> str:
+    """Per point and mode, the data path's hop with the shortest frames and the efficiency they allow."""
+    have = [r for r in points if "frames" in r]
+    if not have:
+        return "<p>This result file predates per-queue frame counts.</p>"
+    parts = []
+    for op, impl in sorted({(r["op"], r["impl"]) for r in have}):
+        sel = [r for r in have if (r["op"], r["impl"]) == (op, impl)]
+        split_vars = sorted({_variant(r) for r in sel if r["mode"] == "split"})
+        rows = []
+        for n, m in sorted({(r["nodes"], r["size_bytes"]) for r in sel}):
+            row = [n, fmt_size(m)]
+            for variant in ["direct", *split_vars[:1]]:
+                hop = data_path_frames([r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m)
+                                        and _variant(r) == variant])
+                row.append("-" if hop is None else
+                           f"{hop[1]:.0f} B at {html.escape(hop[0])} (ceiling {frame_ceiling(hop[1]):.2f})")
+            rows.append(row)
+        parts.append(f"<h3>{op}, {impl}</h3>" + _table(["nodes", "size", "direct: shortest frames on the data path",
+                                                         "split: shortest frames on the data path"], rows))
+    return "".join(parts)
+
+
 def targets(summary: list[dict], points: list[dict]) -> tuple[str, list[dict]]:
     """The issue's targets, evaluated on the gather rows with the default split variant."""
     ss = [s for s in summary if s["op"] == "gather" and s["ratio"] is not None]
@@ -481,6 +518,13 @@ git {html.escape(str(mach.get('git', '?')))}, started {html.escape(str(mach.get(
 delay line's queue and socket), per 200 operations, median over repetitions, the three largest per cell. A
 retransmission without a drop here resent a segment that was not lost (a loss probe, or a timer that fired
 before its acknowledgment came).</p>{drop_tables(points)}
+<h2>Frame sizes on the data path</h2>
+<p>Frames and bytes sent by each of the lab's queues during each run. Of the queues that carried the data (at
+least half the bytes of the busiest), the one with the shortest mean frame, Ethernet header included, over
+all repetitions. Each frame carries {HEADERS} bytes of headers, so a hop whose frames are short cannot reach the
+payload rate the bound assumes (full-size frames): <i>ceiling</i> is the efficiency its frames allow. Flows
+held to windows under one segment (the gateway's incast control with more flows than its port's buffer holds
+whole segments for) send such frames.</p>{frame_tables(points)}
 </body></html>"""
     path = outdir / "index.html"
     path.write_text(doc)

@@ -54,7 +54,15 @@ MODES = ("direct", "split")
 ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
               "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
 # Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
-GOODPUT = 1448 / 1514
+FULL_FRAME = 1514
+HEADERS = FULL_FRAME - 1448  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
+GOODPUT = (FULL_FRAME - HEADERS) / FULL_FRAME
+
+
+def frame_ceiling(mean_frame: float) -> float:
+    """The efficiency a port whose data frames average `mean_frame` bytes can reach
+    against the bound (which assumes full-size frames): its payload share over GOODPUT."""
+    return min(1.0, (mean_frame - HEADERS) / mean_frame / GOODPUT) if mean_frame > HEADERS else 0.0
 
 
 @dataclass(frozen=True)
@@ -336,7 +344,8 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
             "trace_overrun": tr.overrun if tr else None,
             "by_host": {name: {k: v for k, v in d.items() if k in C.HEADLINE} for name, d in deltas.items()},
         },
-        "drops": queues.delta(q_before, q_after), "emulator": queues.emulator(q_before, q_after),
+        "drops": queues.delta(q_before, q_after), "frames": queues.traffic(q_before, q_after),
+        "emulator": queues.emulator(q_before, q_after),
         # Softirq time is left out (not zero) when its trace lost events.
         "cpu": {**cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
                               if p.mode == "split" else {},

@@ -1,4 +1,4 @@
-"""Where the lab dropped packets: the drop counters of every queue it built.
+"""Where the lab dropped packets, and what its queues carried: the counters of every queue it built.
 
 A retransmission counter says that a segment was lost, and the bench's trace
 says on which connection; neither says where. The lab's queues are its tbf
@@ -13,6 +13,12 @@ result row reads without knowing the lab's interface names. A snapshot also
 keeps the delay line's schedule (frames sent late, the worst lateness) and the
 VM's steal time: a drop that follows a stall of the delay line is the machine's,
 not the emulated network's.
+
+The same counters give the frames and bytes each queue sent. Their ratio, the
+mean frame, bounds a port's payload rate: a flow held to a window under one
+segment sends short segments, each with a full set of headers, so a port that
+carries them cannot reach the payload rate of full-size frames however well it
+is kept busy.
 """
 
 from __future__ import annotations
@@ -50,7 +56,8 @@ def labels(state: LabState) -> dict[str, dict[str, str]]:
     return out
 
 
-def _qdisc_drops(ns: str, devs: dict[str, str]) -> dict[str, int]:
+def _qdisc_counts(ns: str, devs: dict[str, str]) -> dict[str, tuple[int, int, int]]:
+    """label -> (drops, packets sent, bytes sent) of each root qdisc on `devs`."""
     cp = run(["tc", "-n", ns, "-s", "-j", "qdisc", "show"], check=False)
     if cp.returncode != 0:
         return {}
@@ -58,8 +65,8 @@ def _qdisc_drops(ns: str, devs: dict[str, str]) -> dict[str, int]:
         qdiscs = json.loads(cp.stdout or "[]")
     except ValueError:
         return {}
-    return {devs[q["dev"]]: int(q.get("drops", 0)) for q in qdiscs
-            if q.get("root") and q.get("dev") in devs}
+    return {devs[q["dev"]]: (int(q.get("drops", 0)), int(q.get("packets", 0)), int(q.get("bytes", 0)))
+            for q in qdiscs if q.get("root") and q.get("dev") in devs}
 
 
 def _fresh_delay_line_stats(state: LabState, new_window: bool) -> dict[str, Any] | None:
@@ -88,6 +95,7 @@ def _fresh_delay_line_stats(state: LabState, new_window: bool) -> dict[str, Any]
 @dataclass
 class Snapshot:
     drops: dict[str, int]  # cumulative, per queue label
+    sent: dict[str, tuple[int, int]]  # cumulative (frames, bytes) per tbf queue label
     delay_line: dict[str, Any] | None  # its statistics, None if it did not answer
     steal: int  # the VM's steal time, clock ticks
 
@@ -99,8 +107,9 @@ def snapshot(state: LabState, new_window: bool = False) -> Snapshot:
     # One tc per namespace; threads because each is a fork and exec, and a run's
     # snapshot sits between two measurements.
     with ThreadPoolExecutor(max_workers=8) as pool:
-        parts = list(pool.map(lambda item: _qdisc_drops(*item), lab.items()))
-    out = {k: v for p in parts for k, v in p.items()}
+        parts = list(pool.map(lambda item: _qdisc_counts(*item), lab.items()))
+    out = {k: v[0] for p in parts for k, v in p.items()}
+    sent = {k: v[1:] for p in parts for k, v in p.items()}
     # The delay line names a direction by the WAN-side devices it reads and writes.
     side = {N.wan_if(w.index, s): site for w in state.topo.wans for s, site in (("a", w.a), ("b", w.b))}
     st = _fresh_delay_line_stats(state, new_window)
@@ -108,7 +117,7 @@ def snapshot(state: LabState, new_window: bool = False) -> Snapshot:
         a, b = side.get(link.get("from"), link.get("from")), side.get(link.get("to"), link.get("to"))
         for key, what in DELAY_LINE_DROPS.items():
             out[f"delay line {a} → {b}: {what}"] = int(link.get(key, 0))
-    return Snapshot(out, st, steal_ticks())
+    return Snapshot(out, sent, st, steal_ticks())
 
 
 def delta(before: Snapshot, after: Snapshot) -> dict[str, int]:
@@ -116,6 +125,14 @@ def delta(before: Snapshot, after: Snapshot) -> dict[str, int]:
     from either side (its namespace did not answer) is left out, not counted from 0."""
     a, b = after.drops, before.drops
     return {k: a[k] - b[k] for k in sorted(a) if k in b and a[k] > b[k]}
+
+
+def traffic(before: Snapshot, after: Snapshot) -> dict[str, dict[str, int]]:
+    """Frames and bytes (Ethernet headers included, as tbf counts them) each queue
+    sent during a run; queues that sent nothing, or that either side missed, left out."""
+    a, b = after.sent, before.sent
+    return {k: {"packets": a[k][0] - b[k][0], "bytes": a[k][1] - b[k][1]}
+            for k in sorted(a) if k in b and a[k][0] > b[k][0]}
 
 
 def emulator(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
