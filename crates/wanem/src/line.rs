@@ -397,7 +397,7 @@ impl DelayLine {
         // One reading of both clocks per batch converts the kernel's wall-clock
         // receive stamps into our monotonic time base.
         let now = os::monotonic_ns();
-        let wall_minus_mono = os::realtime_ns().wrapping_sub(now);
+        let wall_minus_mono = os::wall_minus_mono_ns();
 
         let (mut rx_packets, mut rx_bytes, mut lost, mut overflow, mut invalid) = (0, 0, 0, 0, 0);
         let mut gso_frames = 0;
@@ -501,7 +501,7 @@ impl DelayLine {
     /// which is never earlier. Drains the stamps either way.
     fn departures(&mut self, sent: usize, returned: u64, batch: &mut StampBatch) -> Vec<u64> {
         let stamped = self.tx.take_tx_stamps(batch, &mut self.stamps);
-        let wall_minus_mono = os::realtime_ns().wrapping_sub(os::monotonic_ns());
+        let wall_minus_mono = os::wall_minus_mono_ns();
         if stamped.is_ok() && self.stamps.len() >= sent {
             // A refused frame's stamp can only be the last one.
             self.stamps[..sent]

@@ -64,6 +64,12 @@ struct Cli {
     /// stack cannot make us late.
     #[arg(long, value_name = "N")]
     cpu: Option<usize>,
+    /// Hold a CPU wake-up latency request of this many µs (PM QoS,
+    /// /dev/cpu_dma_latency) while running: 0 keeps idle CPUs polling instead of
+    /// halting, so frames are released on time on a VM whose host is slow to
+    /// give a halted vCPU back (os::hold_cpu_latency_us). Default: no request.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(i32).range(0..))]
+    cpu_latency_us: Option<i32>,
     /// Validate the configuration (interfaces included) and exit.
     #[arg(long)]
     check_config: bool,
@@ -105,6 +111,15 @@ fn main() -> ExitCode {
 
 fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     let rt_priority = cli.rt_priority;
+    // Held (not just made) until run() returns: closing the file drops the request.
+    let _cpu_latency = match cli.cpu_latency_us.map(os::hold_cpu_latency_us) {
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            warn!("cannot hold a CPU latency request ({e}); idle CPUs may halt");
+            None
+        }
+        None => None,
+    };
     let started = os::monotonic_ns();
     let stop = Arc::new(AtomicBool::new(false));
     let dump = Arc::new(AtomicBool::new(false));
@@ -180,6 +195,7 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
         pid = std::process::id(),
         rt_priority,
         cpu = cli.cpu,
+        cpu_latency_us = cli.cpu_latency_us,
         "forwarding {} link(s): {}",
         summary.len(),
         summary.join("; ")

@@ -24,6 +24,33 @@ pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC, to turn the kernel's wall-clock packet
+/// stamps into our time base.
+///
+/// Two clock reads in a row are not one instant: a vCPU the host takes between
+/// them (hundreds of µs on a busy host) shifts the difference by that much, and
+/// every frame of the batch converted with it would be scheduled that much early
+/// (a 10 ms path then measured 9.75 ms). So the wall clock is read between two
+/// monotonic reads, and of a few tries the tightest pair is kept.
+pub fn wall_minus_mono_ns() -> u64 {
+    /// A pair this close needs no further try (a vDSO read takes tens of ns).
+    const TIGHT_NS: u64 = 2_000;
+    let mut best = (u64::MAX, 0);
+    for _ in 0..4 {
+        let before = monotonic_ns();
+        let wall = realtime_ns();
+        let after = monotonic_ns();
+        let spread = after - before;
+        if spread < best.0 {
+            best = (spread, wall.wrapping_sub(before + spread / 2));
+        }
+        if spread <= TIGHT_NS {
+            break;
+        }
+    }
+    best.1
+}
+
 /// The default 50 µs slack lets the kernel coalesce our wake-up with others; a
 /// delay line wants to wake when it asked to.
 pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
@@ -33,6 +60,25 @@ pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A CPU wake-up latency request (PM QoS), held while the returned file stays open.
+///
+/// An idle CPU that halts is woken by an interrupt or timer, and on a virtual
+/// machine a halted vCPU gives its physical CPU back to the host, which may not
+/// hand it back for milliseconds when it is busy: the delay line then releases
+/// frames late however well it schedules them. With a request of 0 µs, cpuidle
+/// keeps idle CPUs in its polling state, so a frame's timer fires on a vCPU that
+/// is still running. The kernel drops the request when the file is closed, so it
+/// lasts exactly as long as this process, whatever way it ends.
+pub fn hold_cpu_latency_us(us: i32) -> io::Result<std::fs::File> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency")?;
+    // The device takes the value as a binary s32 (or as hex text); one write.
+    f.write_all(&us.to_ne_bytes())?;
+    Ok(f)
 }
 
 /// Puts the calling thread (not the process: on Linux, pid 0 means this thread)
@@ -99,4 +145,20 @@ pub fn process_cpu() -> CpuTime {
 /// The calling thread only.
 pub fn thread_cpu() -> CpuTime {
     rusage(libc::RUSAGE_THREAD)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_minus_mono_is_stable_and_matches_a_plain_reading() {
+        let a = wall_minus_mono_ns();
+        let plain = realtime_ns().wrapping_sub(monotonic_ns());
+        let b = wall_minus_mono_ns();
+        // Nothing adjusts the clocks between these lines: the offsets agree to
+        // well under the delay line's 200 µs lateness threshold.
+        assert!(a.abs_diff(b) < 200_000, "{a} vs {b}");
+        assert!(a.abs_diff(plain) < 200_000, "{a} vs {plain}");
+    }
 }

@@ -101,7 +101,8 @@ def status(as_json: bool) -> None:
     con.print(t)
     con.print(f"delay line: pid {state.wanem_pid} {'running' if alive else '[red]NOT RUNNING[/red]'}, "
               f"CPU {stats.get('cpu_s', 0):.1f} s over {stats.get('uptime_s', 0):.0f} s, "
-              f"calibration −{state.data.get('delay_compensation_us', 0)} µs per direction")
+              f"calibration −{state.data.get('delay_compensation_us', 0)} µs per direction"
+              + {"poll": ", idle CPUs polling", "halt": ", idle CPUs halting"}.get(state.data.get("idle"), ""))
     for site in state.data.get("gateways", []):
         pid = state.data["pids"].get(f"gw-{site}")
         st = realize.gateway_status(state.names, site, quiet=True)
