@@ -163,14 +163,16 @@ def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
 
 
 def test_gateway_status_tells_sub_segment_windows(capsys):
-    """`gateway status` says how many LAN sockets hold windows under one segment, and when that is off."""
+    """`gateway status` says how many LAN sockets hold windows under one segment, how many are wide,
+    and when sub-segment windows are off."""
     from gridsplit.gwcli import render_status
     lan = {"window_budget": 23591, "sockets_clamped": 20, "window_clamp": 1179, "sockets_sub_segment": 19,
-           "sub_segment": True}
+           "sockets_wide": 1, "sub_segment": True}
     render_status({"site": "b", "counters": {}, "lan": lan}, "b")
     said = lambda: " ".join(capsys.readouterr().out.split())  # noqa: E731 (rich wraps at 80 columns)
     first = said()
-    assert "smallest window clamp 1179 B (19 under one segment)" in first, first[:400]
+    assert "smallest window clamp 1179 B (19 under one segment); 1 offered two segments or more (wide)" in first, \
+        first[:400]
     render_status({"site": "b", "counters": {}, "lan": dict(lan, sockets_sub_segment=0, sub_segment=False)}, "b")
     line = said()
     assert "under one segment" not in line and "sub-segment windows off" in line

@@ -82,6 +82,7 @@ def render_status(st: dict, name: str) -> None:
         out.print(f"LAN incast control: budget {lan['window_budget']} B over {lan.get('sockets_clamped', 0)} sockets, "
                   f"smallest window clamp {lan.get('window_clamp', 0)} B"
                   + (f" ({lan['sockets_sub_segment']} under one segment)" if lan.get("sockets_sub_segment") else "")
+                  + (f"; {lan['sockets_wide']} offered two segments or more (wide)" if lan.get("sockets_wide") else "")
                   + ("" if lan.get("sub_segment", True) else "; sub-segment windows off")
                   + (f"; LAN senders offered an MSS of {lan['mss']} B" if lan.get("mss") else "")
                   + (f"; LAN sockets paced at {lan['rate_bps'] / 1e6:.1f} Mb/s" if lan.get("rate_bps") else "")

@@ -141,6 +141,7 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
             "window_clamp": shared.lan_windows.share.load(Ordering::Relaxed),
             "sockets_clamped": shared.lan_windows.sockets_clamped.load(Ordering::Relaxed),
             "sockets_sub_segment": shared.lan_windows.sockets_sub_segment.load(Ordering::Relaxed),
+            "sockets_wide": shared.lan_windows.sockets_wide.load(Ordering::Relaxed),
         },
         "host": crate::tune::host_tcp(),
         "counters": counters,

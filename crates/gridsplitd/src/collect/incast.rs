@@ -52,6 +52,13 @@
 //! senders, where no whole segment fits, unchanged
 //! (results/bench/2026-11-23-lan-mss-ab).
 //!
+//! A wide flow still sends two frames per one-segment window: Linux rounds
+//! the window up to its unit (1448 -> 1536 with a scale of 7), and the sender
+//! fills it with a full segment and an 88-byte one (tcpdump at 12 senders;
+//! results/bench/2026-11-23-frames). Offering LAN senders an MSS that fills
+//! whole units (1408) halved the frames, but made 12 x 10K gathers 1.7 times
+//! slower; not adopted (results/bench/2026-11-23-lan-mss-aligned).
+//!
 //! When not even that fits, no division fits the port. Without sub-segment
 //! shares the clamps are lifted (to `ceiling`): windows that do not fit did
 //! worse than none there (two segments at 12 flows, before the floor was
@@ -125,6 +132,8 @@ pub struct LanWindows {
     pub sockets_clamped: AtomicU64,
     /// Of those, sockets holding a share under one segment, for /status.
     pub sockets_sub_segment: AtomicU64,
+    /// Of those, sockets counted as wide (offered two segments or more), for /status.
+    pub sockets_wide: AtomicU64,
 }
 
 #[derive(Default)]
@@ -285,6 +294,7 @@ impl LanWindows {
             share: AtomicU64::new(0),
             sockets_clamped: AtomicU64::new(0),
             sockets_sub_segment: AtomicU64::new(0),
+            sockets_wide: AtomicU64::new(0),
         })
     }
 
@@ -382,7 +392,7 @@ impl LanWindows {
             })
             .collect();
         let shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
-        let (mut applied, mut sub, mut smallest) = (0u64, 0u64, usize::MAX);
+        let (mut applied, mut sub, mut wide, mut smallest) = (0u64, 0u64, 0u64, usize::MAX);
         for ((e, s), (f, &share)) in live.iter_mut().zip(flows.iter().zip(&shares)) {
             let current = window_clamp(s).ok();
             let roomy = share >= f.mss && !f.young;
@@ -394,11 +404,13 @@ impl LanWindows {
                 }
                 applied += 1;
                 sub += u64::from(share < f.mss);
+                wide += u64::from(f.widest >= 2 * f.mss);
                 smallest = smallest.min(share);
             }
         }
         self.sockets_clamped.store(applied, Ordering::Relaxed);
         self.sockets_sub_segment.store(sub, Ordering::Relaxed);
+        self.sockets_wide.store(wide, Ordering::Relaxed);
         if applied > 0 {
             self.share.store(smallest as u64, Ordering::Relaxed);
         }
