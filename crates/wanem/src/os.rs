@@ -29,9 +29,11 @@ pub fn realtime_ns() -> u64 {
 ///
 /// Two clock reads in a row are not one instant: a vCPU the host takes between
 /// them (hundreds of µs on a busy host) shifts the difference by that much, and
-/// every frame of the batch converted with it would be scheduled that much early
-/// (a 10 ms path then measured 9.75 ms). So the wall clock is read between two
-/// monotonic reads, and of a few tries the tightest pair is kept.
+/// every frame of the batch converted with it would be scheduled that much early.
+/// So the wall clock is read between two monotonic reads, and of a few tries the
+/// tightest pair is kept. (Suspected when a busy host's lab ran 2 ms short; that
+/// was the calibration, and pings show no difference between the two readings:
+/// results/lab/2026-11-23-wanem-clock-pair. The old one is still wrong then.)
 pub fn wall_minus_mono_ns() -> u64 {
     /// A pair this close needs no further try (a vDSO read takes tens of ns).
     const TIGHT_NS: u64 = 2_000;
@@ -156,9 +158,11 @@ mod tests {
         let a = wall_minus_mono_ns();
         let plain = realtime_ns().wrapping_sub(monotonic_ns());
         let b = wall_minus_mono_ns();
-        // Nothing adjusts the clocks between these lines: the offsets agree to
-        // well under the delay line's 200 µs lateness threshold.
+        // Nothing adjusts the clocks between these lines: two bracketed readings
+        // agree to well under the delay line's 200 µs lateness threshold. A plain
+        // pair can be off by whatever the host stole between its reads; it only
+        // catches a unit or sign error here.
         assert!(a.abs_diff(b) < 200_000, "{a} vs {b}");
-        assert!(a.abs_diff(plain) < 200_000, "{a} vs {plain}");
+        assert!(a.abs_diff(plain) < 50_000_000, "{a} vs {plain}");
     }
 }

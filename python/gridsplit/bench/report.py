@@ -286,22 +286,14 @@ def drop_tables(points: list[dict]) -> str:
     have = [r for r in points if "drops" in r]
     if not have:
         return "<p>This result file predates per-queue drop counts (bench before git cab96ce).</p>"
-    parts = []
-    for op, impl in sorted({(r["op"], r["impl"]) for r in have}):
-        sel = [r for r in have if (r["op"], r["impl"]) == (op, impl)]
-        split_vars = sorted({_variant(r) for r in sel if r["mode"] == "split"})
-        rows = []
-        for n, m in sorted({(r["nodes"], r["size_bytes"]) for r in sel}):
-            row = [n, fmt_size(m)]
-            for variant in ["direct", *split_vars[:1]]:
-                rs = [r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m) and _variant(r) == variant]
-                qs = sorted({q for r in rs for q in r["drops"]})
-                med = {q: median_of([r["drops"].get(q, 0) * 200 / r["reps"] for r in rs]) for q in qs}
-                top = sorted(((v, q) for q, v in med.items() if v), reverse=True)[:3]
-                row.append("; ".join(f"{html.escape(q)}: {v:.0f}" for v, q in top) or ("-" if rs else ""))
-            rows.append(row)
-        parts.append(f"<h3>{op}, {impl}</h3>" + _table(["nodes", "size", "direct: queues that dropped",
-                                                         "split: queues that dropped"], rows))
+
+    def cell(rs: list[dict]) -> str:
+        qs = sorted({q for r in rs for q in r["drops"]})
+        med = {q: median_of([r["drops"].get(q, 0) * 200 / r["reps"] for r in rs]) for q in qs}
+        top = sorted(((v, q) for q, v in med.items() if v), reverse=True)[:3]
+        return "; ".join(f"{html.escape(q)}: {v:.0f}" for v, q in top) or ("-" if rs else "")
+
+    parts = [_per_point_tables(have, cell, "queues that dropped")]
     emu = [r for r in have if r.get("emulator")]
     if emu:
         behind = [r for r in emu if fell_behind(r["emulator"])]
@@ -338,21 +330,27 @@ def frame_tables(points: list[dict]) -> str:
     have = [r for r in points if "frames" in r]
     if not have:
         return "<p>This result file predates per-queue frame counts.</p>"
+
+    def cell(rs: list[dict]) -> str:
+        hop = data_path_frames(rs)
+        return "-" if hop is None else f"{hop[1]:.0f} B at {html.escape(hop[0])} (ceiling {frame_ceiling(hop[1]):.2f})"
+
+    return _per_point_tables(have, cell, "shortest frames on the data path")
+
+
+def _per_point_tables(rows: list[dict], cell, what: str) -> str:
+    """One table per (op, impl): a row per (nodes, size), a `cell(runs)` for direct and for
+    the first split variant (the runs of that point and mode)."""
     parts = []
-    for op, impl in sorted({(r["op"], r["impl"]) for r in have}):
-        sel = [r for r in have if (r["op"], r["impl"]) == (op, impl)]
+    for op, impl in sorted({(r["op"], r["impl"]) for r in rows}):
+        sel = [r for r in rows if (r["op"], r["impl"]) == (op, impl)]
         split_vars = sorted({_variant(r) for r in sel if r["mode"] == "split"})
-        rows = []
+        table = []
         for n, m in sorted({(r["nodes"], r["size_bytes"]) for r in sel}):
-            row = [n, fmt_size(m)]
-            for variant in ["direct", *split_vars[:1]]:
-                hop = data_path_frames([r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m)
-                                        and _variant(r) == variant])
-                row.append("-" if hop is None else
-                           f"{hop[1]:.0f} B at {html.escape(hop[0])} (ceiling {frame_ceiling(hop[1]):.2f})")
-            rows.append(row)
-        parts.append(f"<h3>{op}, {impl}</h3>" + _table(["nodes", "size", "direct: shortest frames on the data path",
-                                                         "split: shortest frames on the data path"], rows))
+            table.append([n, fmt_size(m)] + [cell([r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m)
+                                                   and _variant(r) == variant])
+                                             for variant in ["direct", *split_vars[:1]]])
+        parts.append(f"<h3>{op}, {impl}</h3>" + _table(["nodes", "size", f"direct: {what}", f"split: {what}"], table))
     return "".join(parts)
 
 
@@ -522,9 +520,10 @@ before its acknowledgment came).</p>{drop_tables(points)}
 <p>Frames and bytes sent by each of the lab's queues during each run. Of the queues that carried the data (at
 least half the bytes of the busiest), the one with the shortest mean frame, Ethernet header included, over
 all repetitions. Each frame carries {HEADERS} bytes of headers, so a hop whose frames are short cannot reach the
-payload rate the bound assumes (full-size frames): <i>ceiling</i> is the efficiency its frames allow. Flows
-held to windows under one segment (the gateway's incast control with more flows than its port's buffer holds
-whole segments for) send such frames.</p>{frame_tables(points)}
+payload rate the bound assumes (full-size frames): <i>ceiling</i> is the efficiency its frames allow. Split
+mode's LAN flows into the sending gateway send such frames: its incast control holds each to a window of one
+segment or less, Linux rounds a one-segment window up to its window unit (1448 to 1536) and the sender fills
+it with a full segment and an 88-byte one, and a window under one segment with two short ones.</p>{frame_tables(points)}
 </body></html>"""
     path = outdir / "index.html"
     path.write_text(doc)
