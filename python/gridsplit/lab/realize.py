@@ -419,9 +419,9 @@ def idle_polls() -> bool:
     On this VM a vCPU that halts when idle gives its physical CPU back to the
     host, and a busy host can take milliseconds to return it: the delay line's
     timers then fire late and frames leave in bunches. Measured with `lab check`
-    on the mini lab (results/lab/2026-11-23-idle-poll): late frames 1.5-3.5 %
-    polling against 7.6-16 % halting on a host that was taking hundreds of ms per
-    check. The request lasts as long as the delay line, so `lab down` (or its
+    on fresh mini labs (results/lab/2026-11-23-idle-poll), on a host that was
+    taking hundreds of ms per check: late frames 1.9-7.1 % polling against
+    4.5-86 % halting. The request lasts as long as the delay line, so `lab down` (or its
     death) ends it. GRIDSPLIT_LAB_IDLE=halt leaves idle CPUs to the kernel's default.
     """
     v = os.environ.get("GRIDSPLIT_LAB_IDLE", "poll")
@@ -518,10 +518,11 @@ def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int, poll: bool
     measurements, not be taken off the configured delay. The median did that on
     a busy host: a lab came up 2 ms short on a 10 ms path (pings of 8.1 ms,
     gathers faster than the physical bound; results/lab/2026-11-23-wanem-clock-pair).
-    So the fastest of 50 probes: no probe can beat the path's own latency (the
-    delay line never releases a frame early), so the compensated path is never
-    faster than configured and the bench's physical bound stays a bound. A 10th
-    percentile left pings 0.1 ms under the configured RTT in 6 of 6 labs.
+    So the fastest of 50 probes, the choice that leaves the path least faster
+    than configured. Idle probes still pay wake-ups that a loaded path does not:
+    under an iperf3 flow, with idle CPUs halting, pings ran 0.06-0.10 ms under
+    the configured 10 ms at their fastest (a 10th percentile: 0.08-0.13), inside
+    `lab check`'s 0.2 ms bound.
     """
     from .check import ping
     w = topo.wans[0]
