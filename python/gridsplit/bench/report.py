@@ -520,7 +520,9 @@ before its acknowledgment came).</p>{drop_tables(points)}
 <p>Frames and bytes sent by each of the lab's queues during each run. Of the queues that carried the data (at
 least half the bytes of the busiest), the one with the shortest mean frame, Ethernet header included, over
 all repetitions. Each frame carries {HEADERS} bytes of headers, so a hop whose frames are short cannot reach the
-payload rate the bound assumes (full-size frames): <i>ceiling</i> is the efficiency its frames allow. Split
+payload rate the bound assumes (full-size frames): <i>ceiling</i> is the efficiency its frames allow for the
+bound's transfer term (n·m at the bottleneck rate), which dominates from about 100 KB up; small messages make
+short frames anyway, and their bound is mostly the round trip. Split
 mode's LAN flows into the sending gateway send such frames: its incast control holds each to a window of one
 segment or less, Linux rounds a one-segment window up to its window unit (1448 to 1536) and the sender fills
 it with a full segment and an 88-byte one, and a window under one segment with two short ones.</p>{frame_tables(points)}
