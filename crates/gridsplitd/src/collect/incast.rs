@@ -56,8 +56,11 @@
 //! the window up to its unit (1448 -> 1536 with a scale of 7), and the sender
 //! fills it with a full segment and an 88-byte one (tcpdump at 12 senders;
 //! results/bench/2026-11-23-frames). Offering LAN senders an MSS that fills
-//! whole units (1408) halved the frames, but made 12 x 10K gathers 1.7 times
-//! slower; not adopted (results/bench/2026-11-23-lan-mss-aligned).
+//! whole units (1408) halved the frames, but alone made 12 x 10K gathers 1.7
+//! times slower: a full segment behind a small unacknowledged message waited
+//! for the delayed ACK. With LAN delayed ACKs capped too it is on branch
+//! lan-mss-aligned, not yet measured on a quiet host
+//! (results/bench/2026-11-23-lan-mss-aligned).
 //!
 //! When not even that fits, no division fits the port. Without sub-segment
 //! shares the clamps are lifted (to `ceiling`): windows that do not fit did
