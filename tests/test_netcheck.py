@@ -374,15 +374,29 @@ def test_hosts_mode_over_real_ssh_reproduces_the_wizard_gap(sshd_on_lab_hosts, t
         '[[site]]\nname = "bordeaux"\nhosts = ["10.71.1.1"]\ncapacity_mbps = 1000\n'
         '[[site]]\nname = "lyon"\nhosts = ["10.71.2.1"]\ncapacity_mbps = 1000\n')
     out = tmp_path / "nc.json"
-    cp = gs("netcheck", "--hosts", str(hosts), "--pairs", "bordeaux:lyon", "--one-way", "--streams", "2", "--duration", "3",
-            "--out", str(out), timeout=240)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    rep = json.loads(out.read_text())
+    # Over ssh netcheck cannot see the lab's delay line, so the test watches it: a
+    # run measured while it fell behind (a busy VM host: one stall-bunched loss and
+    # an RTT inflated to 21 ms made a window-limited flow read "loss-limited")
+    # measured the machine, and is run once more.
+    from gridsplit.lab import queues
+    from gridsplit.lab.names import LabNames
+    from gridsplit.lab.realize import load_state
+    state = load_state(LabNames.from_env())
+    for attempt in (1, 2):
+        before = queues.snapshot(state, new_window=True)
+        cp = gs("netcheck", "--hosts", str(hosts), "--pairs", "bordeaux:lyon", "--one-way", "--streams", "2",
+                "--duration", "3", "--out", str(out), timeout=240)
+        emu = queues.emulator(before, queues.snapshot(state))
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        rep = json.loads(out.read_text())
+        (cell,) = rep["cells"]
+        verdict = cell.get("diagnosis", {}).get("untuned", {}).get("verdict")
+        if verdict == "window-limited" or not (emu and queues.fell_behind(emu)):
+            break
     assert rep["mode"] == "hosts"
-    (cell,) = rep["cells"]
     assert cell["status"] == "measured", cell.get("reason")
     u = cell["diagnosis"]["untuned"]
-    assert u["verdict"] == "window-limited", u["why"]
+    assert u["verdict"] == "window-limited", (u["why"], emu)
     assert f"net.core.rmem_max = {cell['advice']['buffer_bytes']}" in cp.stdout
     assert cell["tuning"]["method"] == "sysctl"
     assert cell["tuned"]["goodput_mbps"] > 3 * cell["untuned"]["goodput_mbps"]
