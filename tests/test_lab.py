@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def test_idle_cpus_poll_while_the_lab_is_up(lab):
 
 
 def test_bad_idle_setting_is_one_line():
-    cp = subprocess.run(["python3", "-m", "gridsplit", "lab", "up", "--topology", "mini"], text=True,
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "up", "--topology", "mini"], text=True,
                         capture_output=True, env={**os.environ, "GRIDSPLIT_LAB_IDLE": "sometimes",
                                                   "GRIDSPLIT_LAB_PREFIX": "gstx"})
     assert cp.returncode == 2 and "Traceback" not in cp.stderr, cp.stderr

@@ -329,7 +329,7 @@ def frame_tables(points: list[dict]) -> str:
     """Per point and mode, the data path's hop with the shortest frames and the efficiency they allow."""
     have = [r for r in points if "frames" in r]
     if not have:
-        return "<p>This result file predates per-queue frame counts.</p>"
+        return "<p>This result file predates per-queue frame counts (bench before git 5cbcca0).</p>"
 
     def cell(rs: list[dict]) -> str:
         hop = data_path_frames(rs)

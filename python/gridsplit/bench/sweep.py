@@ -54,9 +54,9 @@ MODES = ("direct", "split")
 ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
               "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
 # Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
-FULL_FRAME = 1514
-HEADERS = FULL_FRAME - 1448  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
-GOODPUT = (FULL_FRAME - HEADERS) / FULL_FRAME
+HEADERS = 14 + 20 + 32  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
+FULL_FRAME = 1448 + HEADERS
+GOODPUT = 1448 / FULL_FRAME
 
 
 def frame_ceiling(mean_frame: float) -> float:

@@ -15,10 +15,11 @@ VM's steal time: a drop that follows a stall of the delay line is the machine's,
 not the emulated network's.
 
 The same counters give the frames and bytes each queue sent. Their ratio, the
-mean frame, bounds a port's payload rate: a flow held to a window under one
-segment sends short segments, each with a full set of headers, so a port that
-carries them cannot reach the payload rate of full-size frames however well it
-is kept busy.
+mean frame, bounds a port's payload rate: a flow held to a window of one
+segment or less sends short segments too (a window rounded up to its unit is
+filled with a full segment and a sliver), each with a full set of headers, so a
+port that carries them cannot reach the payload rate of full-size frames however
+well it is kept busy.
 """
 
 from __future__ import annotations

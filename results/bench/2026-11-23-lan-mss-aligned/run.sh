@@ -6,9 +6,10 @@
 # rcv_ssthresh); NEW: the working tree's (aligned MSS, `widest` from what was
 # offered or from full segments seen). Three alternating rounds, each on a fresh
 # paper lab (20 bordeaux nodes), Open MPI, 4/12/20 senders x 10K/100K/1M.
-cd "$(dirname "$0")"
+# ROUNDS and DIR (where old.jsonl and new.jsonl go) let with-delack/run.sh reuse it.
+cd "${DIR:-$(dirname "$0")}"
 export GRIDSPLIT_LAB_PREFIX=gsx
-for k in 1 2 3; do
+for k in $(seq 1 "${ROUNDS:-3}"); do
   for v in old new; do
     if [ $v = old ]; then export GRIDSPLITD=$OLD; else export GRIDSPLITD=$NEW; fi
     gridsplit lab down > /dev/null 2>&1
