@@ -65,14 +65,16 @@ TEST_THROUGHPUT_MIN = 0.90
 # makes ~2.5 % of a check's frames late; an emulator that cannot keep up makes
 # far more (24 % at 1 Gb/s on this machine). The 2 % bound is lab check's.
 TEST_LATE_FRACTION_MAX = 0.05
-# Some days the VM's host takes the CPU for hundreds of ms per check (2026-11-23
-# on a fresh VM: 140-3600 ms of steal in 5 s checks, 4.6-9.6 % late frames,
-# throughput 85-93 %, RTT and buffer still within bounds). A check whose delay
-# line fell behind while the hypervisor took at least NOISY_STEAL_MS is run
-# again, up to CHECK_ATTEMPTS times; if the machine stays that noisy, the last
-# run is held to looser bounds that still fail a wrong rate or a lossy or stuck
-# delay line (steal is the host's doing: none of these faults makes it).
-NOISY_STEAL_MS = 100
+# Some days the VM's host takes the CPU for tens to hundreds of ms per check
+# (2026-11-23 on a fresh VM: 70-3600 ms of steal in 5 s checks, 4.6-9.6 % late
+# frames, throughput 85-93 %, RTT and buffer still within bounds). A check whose
+# delay line fell behind is run again, up to CHECK_ATTEMPTS times: a real fault
+# fails every attempt. If the last one still fell behind while the hypervisor
+# took at least NOISY_STEAL_MS (enough, at the rate above, for more late frames
+# than TEST_LATE_FRACTION_MAX allows; CI saw 6.2 % with 70 ms), it is held to
+# looser bounds that still fail a wrong rate or a lossy or stuck delay line
+# (steal is the host's doing: none of these faults makes it).
+NOISY_STEAL_MS = 40
 CHECK_ATTEMPTS = 3
 NOISY_THROUGHPUT_MIN = 0.75
 NOISY_LATE_FRACTION_MAX = 0.15
@@ -85,10 +87,11 @@ def test_fidelity_rtt_throughput_buffer(lab):
         report = json.loads(cp.stdout)
         emu = report["emulator"]
         noisy = not emu["ok"] and emu["steal_ms"] >= NOISY_STEAL_MS
-        if report["ok"] or not noisy:
+        if emu["ok"]:
             break
         seen.append(emu)
-    detail = json.dumps(report, indent=1) + "".join(f"\nearlier run on a noisy host: {json.dumps(e)}" for e in seen)
+    detail = json.dumps(report, indent=1) + "".join(f"\nearlier run whose delay line fell behind: {json.dumps(e)}"
+                                                    for e in seen[:-1])
     # A failing check must say so in its exit code, and name the emulator when it is the cause.
     assert (cp.returncode == 0) == report["ok"], detail
     assert report["emulator"]["ok"] == (report["emulator"]["late_fraction"] <= report["bounds"]["late_fraction"])
