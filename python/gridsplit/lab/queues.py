@@ -147,5 +147,9 @@ def emulator(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
 
 
 def fell_behind(emu: dict[str, Any]) -> bool:
-    """An `emulator` record outside the lab's own bound: too many late frames, or one stall."""
+    """An `emulator` record outside the lab's own bound: too many late frames, or one stall.
+
+    Stricter than `lab check`, which reports a stall without failing: its figures
+    are medians over seconds, which a few ms do not move, while a benchmark's time
+    is a sum that every late frame on its critical path adds to."""
     return emu["late_fraction"] > LATE_FRACTION_MAX or emu["stall"]

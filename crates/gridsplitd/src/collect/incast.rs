@@ -58,9 +58,9 @@
 //! results/bench/2026-11-23-frames). Offering LAN senders an MSS that fills
 //! whole units (1408) halved the frames, but alone made 12 x 10K gathers 1.7
 //! times slower: a full segment behind a small unacknowledged message waited
-//! for the delayed ACK. With LAN delayed ACKs capped too it is on branch
-//! lan-mss-aligned, not yet measured on a quiet host
-//! (results/bench/2026-11-23-lan-mss-aligned).
+//! for the delayed ACK. With LAN delayed ACKs capped too, five side-by-side
+//! rounds showed no gather faster and no CPU saved, so neither is done here
+//! (results/bench/2026-11-23-lan-mss-aligned/on-main).
 //!
 //! When not even that fits, no division fits the port. Without sub-segment
 //! shares the clamps are lifted (to `ceiling`): windows that do not fit did
