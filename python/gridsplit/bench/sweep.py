@@ -629,6 +629,14 @@ def _csv(kind):
     return conv
 
 
+def _count(v: str) -> int:
+    """A node count as the user typed it; int()'s own message names Python, not the flag."""
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not a node count (give whole numbers, e.g. 4,12,20)") from None
+
+
 def _choice_list(allowed):
     def check(v: str) -> str:
         if v not in allowed:
@@ -670,7 +678,7 @@ def make_command(op: str) -> click.Command:
     @click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
                   help="Preset or topology file; the lab is brought up (or reused) for it.")
     @click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
-    @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=_csv(int),
+    @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=_csv(_count),
                   help="Sender node counts (on the first site; the root is on the second).")
     @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=_csv(units.parse_size),
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
