@@ -286,7 +286,8 @@ def test_bench_refuses_to_resume_a_file_of_another_rank_env(tmp_path):
 
 
 def test_bench_rejects_bad_flags_in_one_line():
-    for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "nodes"), (["-n", "4,x"], "'x' is not a node count"),
+    for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "'0' is not a node count"),
+                      (["-n", "4,x"], "'x' is not a node count"),
                       (["--rank-env", "EAGER"], "NAME=VALUE"), (["--rank-env", "LD_PRELOAD=/x.so"], "split mode"),
                       (["--rank-env", "GRIDSPLIT_CONFIG=/x"], "split mode")):
         cp = gridsplit("bench", "gather", *args, check=False)

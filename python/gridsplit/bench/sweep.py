@@ -632,9 +632,12 @@ def _csv(kind):
 def _count(v: str) -> int:
     """A node count as the user typed it; int()'s own message names Python, not the flag."""
     try:
-        return int(v)
+        n = int(v)
     except ValueError:
-        raise ValueError(f"{v!r} is not a node count (give whole numbers, e.g. 4,12,20)") from None
+        n = 0
+    if n < 1:
+        raise ValueError(f"{v!r} is not a node count (give whole numbers of 1 or more, e.g. 4,12,20)")
+    return n
 
 
 def _choice_list(allowed):
@@ -716,8 +719,6 @@ def make_command(op: str) -> click.Command:
         # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
         # must still stop its MPI job and remove its trace instance.
         signal.signal(signal.SIGTERM, _interrupt)
-        if any(n < 1 for n in nodes):
-            raise GridsplitError("--nodes: counts must be >= 1")
         if out is None:
             out = Path("results/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
