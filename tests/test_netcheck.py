@@ -253,12 +253,17 @@ def wizard_lab():
 @pytest.mark.lab
 def test_lab_untuned_window_limited_tuned_ok(wizard_lab, tmp_path):
     out = tmp_path / "nc.json"
-    t0 = time.monotonic()
-    cp = gs("netcheck", "--lab", "--pairs", "bordeaux:lyon", "--one-way", "--streams", "none", "--duration", "4",
-            "--out", str(out), "--png", str(tmp_path))
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    rep = json.loads(out.read_text())
-    (cell,) = rep["cells"]
+    # A tuned run during which the delay line fell behind (CI, a noisy VM host: 235
+    # against 83 Mb/s untuned) measured the machine, not the path; it is run once more.
+    for attempt in (1, 2):
+        t0 = time.monotonic()
+        cp = gs("netcheck", "--lab", "--pairs", "bordeaux:lyon", "--one-way", "--streams", "none", "--duration", "4",
+                "--out", str(out), "--png", str(tmp_path))
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        rep = json.loads(out.read_text())
+        (cell,) = rep["cells"]
+        if (cell.get("tuned", {}).get("emulator") or {}).get("ok", True):
+            break
     assert cell["status"] == "measured", cell["reason"]
     assert cell["capacity_mbps"] == 1000
     u, t = cell["diagnosis"]["untuned"], cell["diagnosis"]["tuned"]
