@@ -41,6 +41,7 @@ from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
 from ..lab import queues, realize
+from ..lab.check import FRAME_OVERHEAD
 from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
@@ -54,7 +55,7 @@ MODES = ("direct", "split")
 ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
               "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
 # Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
-HEADERS = 14 + 20 + 32  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
+HEADERS = FRAME_OVERHEAD  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
 FULL_FRAME = 1448 + HEADERS
 GOODPUT = 1448 / FULL_FRAME
 
