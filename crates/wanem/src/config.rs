@@ -32,6 +32,10 @@ pub struct Config {
     /// Per direction: frames in flight on one direction of one link.
     #[serde(default = "default_max_queue_bytes")]
     pub max_queue_bytes: u64,
+    /// Run-time overrides (control.rs), read at start and on SIGHUP; a missing
+    /// file means none. Absent: no run-time control.
+    #[serde(default)]
+    pub control_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

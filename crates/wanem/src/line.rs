@@ -398,6 +398,9 @@ impl DelayLine {
         // receive stamps into our monotonic time base.
         let now = os::monotonic_ns();
         let wall_minus_mono = os::wall_minus_mono_ns();
+        // A run-time change of delay (control.rs) applies to frames received from
+        // now on; the FIFO keeps them behind earlier ones when it shrinks.
+        let delay_ns = self.delay_ns + self.stats.extra_delay_ns.load(Relaxed);
 
         let (mut rx_packets, mut rx_bytes, mut lost, mut overflow, mut invalid) = (0, 0, 0, 0, 0);
         let mut gso_frames = 0;
@@ -429,7 +432,7 @@ impl DelayLine {
                 .map(|wall| wall.wrapping_sub(wall_minus_mono))
                 .filter(|&t| t <= now && now - t < MAX_STAMP_AGE_NS)
                 .unwrap_or(now);
-            let due = self.wire.due(arrived + self.delay_ns, shape.wire_len);
+            let due = self.wire.due(arrived + delay_ns, shape.wire_len);
             if self.queue.push(due, frame.to_owned_frame(), shape).is_err() {
                 overflow += segments;
             }

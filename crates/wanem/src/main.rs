@@ -8,6 +8,7 @@
 //! sockets, one thread per direction, signals, and the periodic stats report.
 
 mod config;
+mod control;
 mod line;
 mod os;
 mod packet;
@@ -133,6 +134,9 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     // cumulative: the lab computes their deltas itself).
     let reset = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGUSR2, Arc::clone(&reset))?;
+    // SIGHUP re-reads the run-time overrides (control.rs).
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))?;
 
     let late_threshold_ns = config.late_threshold_us * 1000;
     let mut directions = Vec::new();
@@ -179,6 +183,10 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
                 options,
             ));
         }
+    }
+
+    if config.control_path.is_some() {
+        apply_control(config, &directions);
     }
 
     let summary: Vec<String> = config
@@ -234,6 +242,10 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
     let mut next_write = started;
     while !stop.load(Relaxed) {
         let now = os::monotonic_ns();
+        if reload.swap(false, Relaxed) && config.control_path.is_some() {
+            apply_control(config, &directions);
+            writer.write();
+        }
         let new_window = reset.swap(false, Relaxed);
         if new_window {
             for (_, stats) in &directions {
@@ -263,6 +275,38 @@ fn run(config: &Config, cli: &Cli) -> anyhow::Result<()> {
         config.stats_path.display()
     );
     Ok(())
+}
+
+/// Reads the control file and sets every direction's extra delay; a bad file is
+/// logged as one line and changes nothing.
+fn apply_control(config: &Config, directions: &[(Direction, Arc<LineStats>)]) {
+    let Some(path) = &config.control_path else {
+        return;
+    };
+    let extras = match control::load(path, config) {
+        Ok(e) => e,
+        Err(e) => {
+            warn!("control file refused, overrides unchanged: {e}");
+            return;
+        }
+    };
+    let mut changed = Vec::new();
+    for (d, stats) in directions {
+        let Some(k) = config.links.iter().position(|l| l.name == d.link) else {
+            continue;
+        };
+        let us = if d.dir == "ab" {
+            extras[k].0
+        } else {
+            extras[k].1
+        };
+        if stats.extra_delay_ns.swap(us * 1000, Relaxed) != us * 1000 {
+            changed.push(format!("{} {} +{us}us", d.link, d.dir));
+        }
+    }
+    if !changed.is_empty() {
+        info!("control: delay now {}", changed.join(", "));
+    }
 }
 
 struct StatsWriter<'a> {

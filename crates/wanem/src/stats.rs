@@ -52,6 +52,9 @@ pub struct LineStats {
     pub thread_cpu_ns: AtomicU64,
     /// How early the thread currently wakes before a due frame (see wake.rs).
     pub wake_margin_ns: AtomicU64,
+    /// Delay added at run time (control.rs) on top of the configured one: set by
+    /// the main thread, read by the forwarding thread once per receive batch.
+    pub extra_delay_ns: AtomicU64,
     pub lateness: Lateness,
 }
 
@@ -73,6 +76,7 @@ impl LineStats {
             queued_packets: AtomicU64::new(0),
             thread_cpu_ns: AtomicU64::new(0),
             wake_margin_ns: AtomicU64::new(0),
+            extra_delay_ns: AtomicU64::new(0),
             lateness: Lateness::new(late_threshold_ns),
         }
     }
@@ -224,6 +228,7 @@ struct DirectionReport<'a> {
     from: &'a str,
     to: &'a str,
     delay_us: u64,
+    extra_delay_us: u64,
     loss: f64,
     rx_packets: u64,
     rx_gso_frames: u64,
@@ -263,6 +268,7 @@ pub fn render(
                 from: &d.from,
                 to: &d.to,
                 delay_us: d.delay_us,
+                extra_delay_us: s.extra_delay_ns.load(Relaxed) / 1000,
                 loss: d.loss,
                 rx_packets: s.rx_packets.load(Relaxed),
                 rx_gso_frames: s.rx_gso_frames.load(Relaxed),
@@ -403,6 +409,7 @@ mod tests {
             "name",
             "dir",
             "delay_us",
+            "extra_delay_us",
             "rx_packets",
             "rx_gso_frames",
             "rx_bytes",
