@@ -72,13 +72,15 @@ def status(as_json: bool) -> None:
     state = realize.load_state(_names())
     stats = state.wanem_stats()
     alive = state.wanem_pid is not None and os.path.exists(f"/proc/{state.wanem_pid}")
+    from .fault import active, describe
+    faults = active(state.names)
     if as_json:
         from ..cli import emit_json
         emit_json({"prefix": state.names.prefix, "created": state.data["created"], "topology": state.topo.to_dict(),
                    "hosts": [{"name": h.name, "site": h.site, "role": h.role, "ip": str(h.ip), "ns": state.ns(h)}
                              for h in state.topo.hosts()],
                    "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats},
-                   "emulation": state.emulation})
+                   "emulation": state.emulation, "faults": faults})
         return
     con = _console()
     con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']}"
@@ -113,6 +115,11 @@ def status(as_json: bool) -> None:
         con.print(f"gateway {site}-gw: pid {pid}, {len(st.get('links', []))} WAN link(s) up, "
                   f"{c.get('flows_active', 0)} active flows, {c.get('relayed_bytes_out', 0)} B relayed out "
                   f"(details: gridsplit gateway status --lab {site})")
+    for f in faults:
+        until = "until `gridsplit lab fault clear`" if f["ends_at"] is None else \
+            f"{f['remaining_s']:g} s left (until {f['ends']}), undo process {f['undo_pid']}" + \
+            ("" if f["undo_alive"] else " [red]not running: run `gridsplit lab fault clear`[/red]")
+        con.print(f"[yellow]{describe(f)}[/yellow] since {f['started']}, {until}")
     con.print("hosts: " + ", ".join(f"{h.name} ({h.ip})" for h in state.topo.hosts()))
 
 
@@ -236,3 +243,137 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
             t.add_row(name, *[str(d.get(k, 0)) for k in keys])
         _console().print(t)
     sys.exit(rc)
+
+
+# ---------------------------------------------------------------------------
+# lab fault: WAN events (the logic is in fault.py)
+# ---------------------------------------------------------------------------
+
+
+@lab.group()
+def fault() -> None:
+    """Inject WAN events into the running lab: blackout, loss burst, delay spike, gateway death.
+
+    \b
+    Each fault is undone when its --seconds are over, or at once on Ctrl-C;
+    with --background the command returns and an undo process (its PID in the
+    lab's state) undoes it on time. `gridsplit lab status` shows active faults,
+    `gridsplit lab fault clear` ends them all, `gridsplit lab down` removes everything.
+    """
+
+
+def _where(f):
+    f = click.option("--site", default=None, metavar="SITE", help="Every WAN link of this site.")(f)
+    return click.option("--pair", default=None, metavar="SITE_A:SITE_B", help="The WAN link between two sites.")(f)
+
+
+def _timed(f):
+    f = click.option("--background", is_flag=True,
+                     help="Return at once; an undo process ends the fault on time.")(f)
+    return click.option("--seconds", type=float, required=True, help="How long the fault lasts.")(f)
+
+
+def _run_fault(kind: str, seconds: float | None, background: bool, target: str, params: dict, apply) -> None:
+    from . import fault as F
+    names = _names()
+    con = _console()
+    rec, proc = F.start(names, kind, target, params, seconds, apply)
+    if proc is None:
+        con.print(f"{F.describe(rec)}, started {rec['started']}; `gridsplit lab fault clear` undoes it")
+        return
+    con.print(f"{F.describe(rec)} for {seconds:g} s, until {rec['ends']} (undo process {proc.pid})")
+    if background:
+        con.print("[dim]·[/dim] running in the background: `gridsplit lab status` shows it, "
+                  "`gridsplit lab fault clear` ends it now")
+        return
+    con.print("[dim]·[/dim] Ctrl-C ends it now")
+    t0 = time.monotonic()
+    interrupted = F.wait(names, rec, proc)
+    con.print(f"fault {rec['id']} undone after {time.monotonic() - t0:.1f} s{' (interrupted)' if interrupted else ''}")
+    if interrupted:
+        sys.exit(130)
+
+
+def _links_of(pair: str | None, site: str | None, seconds: float | None):
+    from . import fault as F
+    state = realize.load_state(_names())
+    F.check_seconds(seconds)
+    return F.resolve_links(state, pair, site)
+
+
+@fault.command()
+@_where
+@_timed
+def blackout(pair: str | None, site: str | None, seconds: float, background: bool) -> None:
+    """Drop every packet between two sites (or of a site's WAN links), silently.
+
+    Blackhole routes in both routers: no link goes down, no ICMP error comes back.
+    Example: gridsplit lab fault blackout --pair east:west --seconds 10
+    """
+    from . import fault as F
+    label, links = _links_of(pair, site, seconds)
+    _run_fault("blackout", seconds, background, label, {"links": [w.name for w in links]},
+               lambda st, fid, objs: F._blackout(st, fid, links, objs))
+
+
+@fault.command()
+@_where
+@click.option("--percent", type=float, required=True, help="Share of packets lost, each direction (0-100].")
+@_timed
+def loss(pair: str | None, site: str | None, percent: float, seconds: float, background: bool) -> None:
+    """Random loss burst: each packet crossing the WAN link is dropped with this probability.
+
+    Example: gridsplit lab fault loss --pair east:west --percent 20 --seconds 5
+    """
+    from . import fault as F
+    if not 0 < percent <= 100:
+        raise GridsplitError(f"--percent {percent:g}: give a loss over 0 and at most 100 (percent of packets)")
+    label, links = _links_of(pair, site, seconds)
+    _run_fault("loss", seconds, background, label, {"percent": percent, "links": [w.name for w in links]},
+               lambda st, fid, objs: F._loss(st, fid, links, percent, objs))
+
+
+@fault.command()
+@_where
+@click.option("--add-ms", type=float, required=True, help="Delay added to each direction (the RTT grows by twice this).")
+@_timed
+def delay(pair: str | None, site: str | None, add_ms: float, seconds: float, background: bool) -> None:
+    """Delay spike: the WAN link's one-way delay grows by --add-ms in each direction.
+
+    Frames already in flight keep their delay; the delay line never reorders.
+    Example: gridsplit lab fault delay --pair east:west --add-ms 50 --seconds 5
+    """
+    from . import fault as F
+    label, links = _links_of(pair, site, seconds)
+    room = min(10_000 - max(w.delay_ms_ab, w.delay_ms_ba) for w in links)
+    if not 0 < add_ms <= room:
+        raise GridsplitError(f"--add-ms {add_ms:g}: give an added delay over 0 and at most {room:g} ms "
+                             "(the delay line holds a frame for 10 s at most)")
+    _run_fault("delay", seconds, background, label, {"add_ms": add_ms, "links": [w.name for w in links]},
+               lambda st, fid, objs: F._delay(st, objs))
+
+
+@fault.command("kill-gateway")
+@click.option("--site", required=True, metavar="SITE", help="The site whose gridsplitd is killed (SIGKILL).")
+@click.option("--restart-after", type=float, default=None, metavar="SECONDS",
+              help="Start it again after this long (default: it stays dead until `lab fault clear` or `lab down`).")
+@click.option("--background", is_flag=True, help="With --restart-after: return at once; an undo process restarts it.")
+def kill_gateway(site: str, restart_after: float | None, background: bool) -> None:
+    """Kill a site's gateway process, as a crash would (its flows are reset).
+
+    Example: gridsplit lab fault kill-gateway --site east --restart-after 5
+    """
+    from . import fault as F
+    state = realize.load_state(_names())
+    F.check_seconds(restart_after, "--restart-after")
+    F._kill_gateway(state, site, [], check_only=True)
+    _run_fault("kill-gateway", restart_after, background, f"{site}-gw", {"site": site},
+               lambda st, fid, objs: F._kill_gateway(st, site, objs))
+
+
+@fault.command()
+def clear() -> None:
+    """End every active fault now (restarts killed gateways)."""
+    from . import fault as F
+    done = F.clear(_names())
+    _console().print("\n".join(f"{F.describe(f)}: undone" for f in done) if done else "no active fault")

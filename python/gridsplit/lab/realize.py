@@ -174,13 +174,14 @@ def restart_gateways(state: LabState, **overrides: str | bool) -> LabState:
                              "only strategy, congestion and lan_tuning")
     names = state.names
     with _lock(names):
-        pids = state.data.get("pids", {})
+        current = json.loads(names.state_file.read_text())  # as it is now: faults may have changed it
+        pids = current.get("pids", {})
         stop_pids([p for k, p in pids.items() if k.startswith("gw-")])
         merged = {**_gateway_overrides(state.data), **overrides}
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
         rt = gateway_rt_priority()
         new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites, rt)
-        data = {**state.data, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
+        data = {**current, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
                 "gateway_overrides": merged, "gateway_rt_priority": rt}
         names.state_file.write_text(json.dumps(data, indent=1))
     return LabState(names, topo, data)
@@ -191,13 +192,19 @@ def _renamed(topo: Topology, name: str) -> Topology:
 
 
 @contextmanager
-def _lock(names: LabNames) -> Iterator[None]:
+def _lock(names: LabNames, wait: float = 0) -> Iterator[None]:
+    """The lab's lock, for anything that changes it; `wait`: seconds to wait for it."""
     names.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait
     with open(names.state_dir.parent / f"{names.prefix}.lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise GridsplitError(f"another gridsplit command is building or removing lab {names.prefix!r}; wait for it to finish") from None
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise GridsplitError(f"another gridsplit command is building or removing lab {names.prefix!r}; wait for it to finish") from None
+                time.sleep(0.05)
         yield
 
 
@@ -453,17 +460,12 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     psk = names.state_dir / "psk"
     new_psk(psk)
     (names.state_dir / "sites.toml").write_text(sites_toml(topo))
-    prio = ["chrt", "-f", str(rt)] if rt else []
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"
         cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=gateway_sub_segment() == "true",
                                     mss=gateway_lan_mss(topo, site)))
-        log = open(names.state_dir / f"gw-{site}.log", "w")
-        ns = names.host_ns(f"{site}-gw")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config", str(cfg)],
-                                stdout=log, stderr=log, start_new_session=True)
-        pids[f"gw-{site}"] = proc.pid
+        pids[f"gw-{site}"] = spawn_gateway(names, gridsplitd, site, rt)
     # Ready when every gateway answers on its admin port and sees all its peers.
     deadline = time.monotonic() + 15
     pending = set(sites)
@@ -481,6 +483,19 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
         raise GridsplitError(f"gateways {', '.join(sorted(pending))} did not bring up their WAN links within 15 s; "
                              f"see {names.state_dir}/gw-*.log")
     return pids
+
+
+def spawn_gateway(names: LabNames, gridsplitd: str, site: str, rt: int, append: bool = False) -> int:
+    """Start one site's gridsplitd from its config in the state directory; its PID
+    (`ip netns exec` and `chrt` exec it). `append` keeps the log of an earlier run."""
+    prio = ["chrt", "-f", str(rt)] if rt else []
+    log = open(names.state_dir / f"gw-{site}.log", "a" if append else "w")
+    ns = names.host_ns(f"{site}-gw")
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config",
+                             str(names.state_dir / f"gw-{site}.toml")],
+                            stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    return proc.pid
 
 
 def _links_up(status: dict[str, Any]) -> int:
@@ -559,6 +574,8 @@ def _start_wanem(topo: Topology, names: LabNames, wanem: str, comp_us: int, poll
         ],
         "stats_path": str(stats), "stats_interval_ms": 500, "late_threshold_us": 200, "seed": 1,
         "max_queue_bytes": 64 * 1024 * 1024,
+        # Delay added at run time by `lab fault delay` (re-read on SIGHUP; fault.py).
+        "control_path": str(names.state_dir / "wanem-control.json"),
     }
     path = names.state_dir / "wanem.json"
     path.write_text(json.dumps(cfg, indent=1))
@@ -588,7 +605,7 @@ def _start_wanem(topo: Topology, names: LabNames, wanem: str, comp_us: int, poll
 def down(names: LabNames) -> list[str]:
     """Remove every namespace, process and file of this lab; safe on a half-built lab."""
     sysdeps.need_root("gridsplit lab down")
-    with _lock(names):
+    with _lock(names, wait=10):  # a fault's undo holds it for a moment
         return _teardown(names)
 
 
@@ -630,6 +647,10 @@ def _teardown(names: LabNames) -> list[str]:
         try:
             data = json.loads(names.state_file.read_text())
             pids.update(p for p in data.get("pids", {}).values() if isinstance(p, int))
+            # Faults' undo processes go first and at once: what they would undo goes
+            # with the namespaces, and they would only wait for the lock we hold.
+            from .fault import kill_undoers
+            kill_undoers(data)
         except ValueError:
             pass
     pids.discard(os.getpid())
