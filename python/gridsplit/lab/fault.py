@@ -411,6 +411,8 @@ def wait(names: LabNames, rec: dict[str, Any], proc: subprocess.Popen) -> bool:
     finally:
         signal.signal(signal.SIGTERM, prev)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if proc.returncode != 0 and not names.state_file.exists():
+        return interrupted  # `lab down` removed the fault with everything else
     if proc.returncode != 0:
         log = (names.state_dir / f"fault-{rec['id']}.log")
         tail = log.read_text().strip().splitlines() if log.exists() else []
