@@ -23,7 +23,7 @@ use sha2::Sha256;
 use thiserror::Error;
 
 use crate::transfer::{RecvError, WanConn};
-use crate::wire::{Frame, FrameType, MIN_MAX_FRAME, NONCE_LEN, TAG_LEN};
+use crate::wire::{Frame, FrameType, WireError, MIN_MAX_FRAME, NONCE_LEN, TAG_LEN, VERSION};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -47,6 +47,8 @@ pub enum AuthError {
     Unexpected { expected: FrameType, got: FrameType },
     #[error("peer's max_frame {0} is below the minimum")]
     TinyFrames(u32),
+    #[error("peer speaks WAN protocol version {0}, this gateway speaks version {VERSION}: run the same gridsplitd release on both gateways")]
+    Version(u8),
     #[error("handshake timed out")]
     Timeout,
     #[error("no randomness available: {0}")]
@@ -141,7 +143,13 @@ async fn exchange<C: WanConn>(
     })
     .await
     .map_err(RecvError::Io)?;
-    let (peer_site, peer_nonce, peer_max) = match conn.recv_frame().await? {
+    // The peer's first frame tells its protocol version: an older gateway gets a
+    // refusal that says so, not a generic "bad frame".
+    let first = match conn.recv_frame().await {
+        Err(RecvError::Wire(WireError::BadVersion(v))) => return Err(AuthError::Version(v)),
+        r => r?,
+    };
+    let (peer_site, peer_nonce, peer_max) = match first {
         Frame::Hello {
             max_frame,
             nonce,

@@ -152,8 +152,12 @@ pub struct WanParams {
     /// bandwidth (tune::target_lowat).
     pub notsent_lowat: u64,
     pub nodelay: bool,
-    /// Link liveness probe period; the link is declared dead after 5 silent periods.
+    /// Link liveness probe period; a connection is declared dead after 5 silent
+    /// periods (its session then reconnects and resumes).
     pub keepalive_ms: u64,
+    /// How long a session may stay without a WAN connection before its flows
+    /// are reset on both sides; within it they are held (link/session.rs).
+    pub outage_limit_s: f64,
 }
 
 impl Default for WanParams {
@@ -167,6 +171,7 @@ impl Default for WanParams {
             notsent_lowat: 0,
             nodelay: true,
             keepalive_ms: 1000,
+            outage_limit_s: 120.0,
         }
     }
 }
@@ -409,6 +414,7 @@ struct RawWan {
     notsent_lowat: Option<u64>,
     nodelay: Option<bool>,
     keepalive_ms: Option<u64>,
+    outage_limit_s: Option<f64>,
 }
 
 impl RawWan {
@@ -425,6 +431,7 @@ impl RawWan {
             notsent_lowat: self.notsent_lowat.unwrap_or(base.notsent_lowat),
             nodelay: self.nodelay.unwrap_or(base.nodelay),
             keepalive_ms: self.keepalive_ms.unwrap_or(base.keepalive_ms),
+            outage_limit_s: self.outage_limit_s.unwrap_or(base.outage_limit_s),
         }
     }
 }
@@ -809,6 +816,13 @@ fn check_wan(table: &str, w: &WanParams, file: &str) -> Result<(), ConfigError> 
             "keepalive_ms",
             format!("{} is out of range", w.keepalive_ms),
             "use 50..=600000 milliseconds",
+        ));
+    }
+    if !(w.outage_limit_s >= 1.0 && w.outage_limit_s <= 86_400.0) {
+        return Err(err(
+            "outage_limit_s",
+            format!("{} is out of range", w.outage_limit_s),
+            "use 1..=86400 seconds (how long flows are held while their WAN link is down; default 120)",
         ));
     }
     Ok(())

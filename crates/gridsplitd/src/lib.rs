@@ -5,15 +5,20 @@
 //!
 //! The layers follow NewMadeleine's: `collect` takes data from LAN connections,
 //! `schedule` decides what goes out next on a link, `transfer` drives the WAN
-//! transport, and `link` ties the three together for one peer. `wire`, `lanproto`
-//! and `auth` are the formats; `tune` and `metrics` the knobs and the gauges.
+//! transport, and `link` ties them together for one peer as a resumable session.
+//! Dependencies run one way: collect → link → flow, schedule, transfer → wire.
+//! `wire`, `lanproto` and `auth` are the formats; `tune` and `metrics` the knobs
+//! and the gauges; `admin` the status endpoint; `accept` the listeners' loop.
 //!
 //! This file assembles a running gateway from a config, for main.rs and for the
 //! end-to-end tests (which run several gateways in one process).
 
+pub mod accept;
+pub mod admin;
 pub mod auth;
 pub mod collect;
 pub mod config;
+pub mod flow;
 pub mod lanproto;
 pub mod link;
 pub mod metrics;
@@ -52,9 +57,12 @@ pub struct Shared {
     pub lan_windows: Arc<collect::incast::LanWindows>,
     links: Mutex<HashMap<String, Arc<Link>>>,
     pub stopping: CancellationToken,
+    /// Serves an OPEN from a peer (collect::serve_remote_open).
+    pub on_open: link::OpenHandler,
 }
 
 impl Shared {
+    /// The live session with `site`, connected or being held while it reconnects.
     pub fn link_to(&self, site: &str) -> Option<Arc<Link>> {
         self.links
             .lock()
@@ -139,12 +147,15 @@ impl Gateway {
             lan_windows,
             links: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
+            on_open: |shared, link, flow, dst, src| {
+                Box::pin(collect::serve_remote_open(shared, link, flow, dst, src))
+            },
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(collect::serve(shared.clone(), lan));
         tasks.spawn(shared.lan_windows.clone().maintain(shared.stopping.clone()));
         tasks.spawn(link::accept_loop(shared.clone(), wan));
-        tasks.spawn(metrics::serve(shared.clone(), admin));
+        tasks.spawn(admin::serve(shared.clone(), admin));
         // Full mesh without duplicate links: the site whose name sorts first dials.
         let own = shared.cfg.site.clone();
         for peer in shared
@@ -172,6 +183,14 @@ impl Gateway {
     /// Stops the gateway: listeners close, every link closes, every flow is reset
     /// (its nodes see a reset rather than a silent hang).
     pub async fn stop(mut self) {
+        // Peers reset our flows now rather than hold them for their outage limit.
+        let links = self.shared.links();
+        for l in &links {
+            l.say_goodbye();
+        }
+        if links.iter().any(|l| l.is_up()) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         self.shared.stopping.cancel();
         for l in self.shared.links() {
             l.close();

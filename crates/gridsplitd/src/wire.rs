@@ -4,13 +4,13 @@
 //! followed by a typed payload; all integers are big-endian (network order).
 //!
 //! ```text
-//! header   0  u8   version        = 1
+//! header   0  u8   version        = 2
 //!          1  u8   type           (table below)
 //!          2  u16  reserved       = 0 (room for flags in a later version)
 //!          4  u32  payload length (header excluded; header + payload <= max_frame)
 //!
 //! type  name        payload
-//!  1    HELLO       magic "GSW1" | max_frame u32 | nonce [32] | name_len u8 | site name
+//!  1    HELLO       magic "GSW2" | max_frame u32 | nonce [32] | name_len u8 | site name
 //!  2    AUTH        HMAC-SHA256 tag [32]                     (see auth.rs)
 //!  3    OPEN        flow u32 | window u32 | dst_family u8 | src_family u8 |
 //!                   dst_port u16 | dst_addr [16] | src_port u16 | src_addr [16]
@@ -22,7 +22,16 @@
 //!  9    RESET       flow u32 | reason u8
 //! 10    PING        token u64
 //! 11    PONG        token u64
+//! 12    SESSION     session u64 | received u64 | flags u8 (bit0 = RESUME)
+//! 13    ACK         received u64                             (link-stream bytes received)
 //! ```
+//!
+//! Version 2 made a link a resumable session (link/session.rs): after AUTH the
+//! dialer sends SESSION, the acceptor answers with one, and from then on each
+//! side counts the bytes of the frames it has handled (`received`) and keeps
+//! what it sent until the peer ACKs it, so that a new TCP connection can carry
+//! on where the old one stopped. A version 1 peer is refused at its first frame
+//! with a message that names both versions (auth.rs).
 //!
 //! Flow ids are chosen by the gateway that sends OPEN: the dialing side of a link
 //! uses odd ids, the accepting side even ids, so both can open flows without
@@ -43,9 +52,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 8;
-pub const HELLO_MAGIC: &[u8; 4] = b"GSW1";
+pub const HELLO_MAGIC: &[u8; 4] = b"GSW2";
 pub const NONCE_LEN: usize = 32;
 pub const TAG_LEN: usize = 32;
 /// Smallest max_frame a gateway accepts: HELLO and OPEN must always fit.
@@ -57,6 +66,8 @@ pub const BATCH_ENTRY_HEADER: usize = 9;
 /// DATA payload header: flow u32.
 pub const DATA_HEADER: usize = 4;
 const BATCH_FIN: u8 = 1;
+/// SESSION flag: the sender holds this session's state and asks to resume it.
+const SESSION_RESUME: u8 = 1;
 
 pub type FlowId = u32;
 
@@ -74,6 +85,8 @@ pub enum FrameType {
     Reset = 9,
     Ping = 10,
     Pong = 11,
+    Session = 12,
+    Ack = 13,
 }
 
 impl FrameType {
@@ -91,6 +104,8 @@ impl FrameType {
             9 => Reset,
             10 => Ping,
             11 => Pong,
+            12 => Session,
+            13 => Ack,
             _ => return None,
         })
     }
@@ -171,6 +186,18 @@ pub enum Frame {
     Pong {
         token: u64,
     },
+    /// Opens or resumes a session, right after AUTH: the dialer's request, then
+    /// the acceptor's answer (`resume` set only if it resumes).
+    Session {
+        session: u64,
+        received: u64,
+        resume: bool,
+    },
+    /// Bytes of the link stream the sender has received and handled: the peer
+    /// may forget them (they will never be replayed).
+    Ack {
+        received: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -206,6 +233,8 @@ impl Frame {
             Frame::Reset { .. } => FrameType::Reset,
             Frame::Ping { .. } => FrameType::Ping,
             Frame::Pong { .. } => FrameType::Pong,
+            Frame::Session { .. } => FrameType::Session,
+            Frame::Ack { .. } => FrameType::Ack,
         }
     }
 
@@ -225,6 +254,8 @@ impl Frame {
             Frame::Fin { .. } => 4,
             Frame::Reset { .. } => 5,
             Frame::Ping { .. } | Frame::Pong { .. } => 8,
+            Frame::Session { .. } => 17,
+            Frame::Ack { .. } => 8,
         }
     }
 
@@ -310,6 +341,16 @@ impl Frame {
                 head.put_u8(*reason as u8);
             }
             Frame::Ping { token } | Frame::Pong { token } => head.put_u64(*token),
+            Frame::Session {
+                session,
+                received,
+                resume,
+            } => {
+                head.put_u64(*session);
+                head.put_u64(*received);
+                head.put_u8(if *resume { SESSION_RESUME } else { 0 });
+            }
+            Frame::Ack { received } => head.put_u64(*received),
         }
     }
 
@@ -442,6 +483,19 @@ impl OutBuf {
             self.len += s.len();
             self.segs.push(s);
         }
+    }
+
+    /// Where the next piece will start, as a segment index (for `sealed_since`).
+    pub fn mark(&mut self) -> usize {
+        self.seal();
+        self.segs.len()
+    }
+
+    /// The segments added since `mark`, sealed (the session's replay buffer
+    /// records them as they are committed to the wire).
+    pub fn sealed_since(&mut self, mark: usize) -> &[Bytes] {
+        self.seal();
+        &self.segs[mark..]
     }
 
     /// Finishes the buffer and hands out its segments (in order).
@@ -642,6 +696,26 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             exact(&p, 8)?;
             Frame::Pong { token: p.get_u64() }
         }
+        FrameType::Session => {
+            exact(&p, 17)?;
+            let session = p.get_u64();
+            let received = p.get_u64();
+            let flags = p.get_u8();
+            if flags & !SESSION_RESUME != 0 {
+                return Err(bad("unknown session flags"));
+            }
+            Frame::Session {
+                session,
+                received,
+                resume: flags & SESSION_RESUME != 0,
+            }
+        }
+        FrameType::Ack => {
+            exact(&p, 8)?;
+            Frame::Ack {
+                received: p.get_u64(),
+            }
+        }
     };
     Ok(frame)
 }
@@ -810,8 +884,8 @@ mod tests {
     fn header_errors_are_typed() {
         let good = Frame::Ping { token: 1 }.to_bytes().to_vec();
         let mut v = good.clone();
-        v[0] = 2;
-        assert_eq!(decode_slice(&v, MAX).unwrap_err(), WireError::BadVersion(2));
+        v[0] = 1;
+        assert_eq!(decode_slice(&v, MAX).unwrap_err(), WireError::BadVersion(1));
         let mut v = good.clone();
         v[1] = 99;
         assert_eq!(
@@ -892,6 +966,14 @@ mod tests {
                 .prop_map(|(flow, reason)| Frame::Reset { flow, reason }),
             any::<u64>().prop_map(|token| Frame::Ping { token }),
             any::<u64>().prop_map(|token| Frame::Pong { token }),
+            (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(session, received, resume)| {
+                Frame::Session {
+                    session,
+                    received,
+                    resume,
+                }
+            }),
+            any::<u64>().prop_map(|received| Frame::Ack { received }),
         ]
     }
 

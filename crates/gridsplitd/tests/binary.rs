@@ -29,9 +29,14 @@ fn spawn(config: &std::path::Path) -> Proc {
             .arg("--config")
             .arg(config)
             .arg("--log-level")
-            .arg("warn")
+            .arg(std::env::var("GS_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // GS_TEST_LOG=info shows the gateways' logs when a test needs explaining.
+            .stderr(if std::env::var_os("GS_TEST_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .unwrap(),
     )

@@ -12,74 +12,6 @@ use gridsplitd::lanproto::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// Serves `n` flows: for each, reads to EOF, checks size+hash against the sizes
-/// table (indexed by the seed the client announces in its first 8 bytes), replies.
-async fn serve(
-    l: TcpListener,
-    n: usize,
-    sizes: std::sync::Arc<Vec<(usize, usize)>>,
-    expect_site: u8,
-    k: u8,
-) {
-    let mut tasks = Vec::new();
-    for _ in 0..n {
-        let (mut s, peer, origin) = accept_relayed(&l).await;
-        // Relayed from the far gateway's LAN address, on behalf of the real client.
-        assert_eq!(peer.ip(), ip(k, 3 - expect_site, 254));
-        assert_eq!(
-            origin.ip().to_string().split('.').nth(2).unwrap(),
-            expect_site.to_string()
-        );
-        let sizes = sizes.clone();
-        tasks.push(tokio::spawn(async move {
-            let got = read_all(&mut s).await.unwrap();
-            let seed = u64::from_be_bytes(got[..8].try_into().unwrap());
-            let (up, down) = sizes[seed as usize];
-            assert_eq!(got.len(), up);
-            assert_eq!(
-                sha(&got[8..]),
-                sha(&pattern(seed, up)[8..]),
-                "flow {seed}: request bytes"
-            );
-            s.write_all(&pattern(seed ^ 0xdead, down)).await.unwrap();
-            s.shutdown().await.unwrap();
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
-
-/// Like `exchange` but with the seed in the first 8 bytes so the server can check.
-async fn flow(
-    k: u8,
-    from_site: u8,
-    host: u8,
-    dst: std::net::SocketAddr,
-    seed: u64,
-    up: usize,
-    down: usize,
-) {
-    let gw = addr(k, from_site, 254, LAN_PORT);
-    let (mut s, st) = gs_connect(ip(k, from_site, host), gw, dst).await;
-    assert_eq!(st, Status::Ok, "flow {seed}");
-    let mut payload = pattern(seed, up);
-    payload[..8].copy_from_slice(&seed.to_be_bytes());
-    let (mut r, mut w) = s.split();
-    let send = async {
-        w.write_all(&payload).await.unwrap();
-        w.shutdown().await.unwrap();
-    };
-    let recv = async { read_all(&mut r).await.unwrap() };
-    let ((), got) = tokio::join!(send, recv);
-    assert_eq!(got.len(), down, "flow {seed}: reply length");
-    assert_eq!(
-        sha(&got),
-        sha(&pattern(seed ^ 0xdead, down)),
-        "flow {seed}: reply bytes"
-    );
-}
-
 async fn many_flows(k: u8, strategy: &'static str, n: usize, max: usize) {
     let (a, b) = pair(
         k,
@@ -516,6 +448,22 @@ async fn an_authenticated_peer_breaking_the_protocol_loses_its_link() {
         .await
         .unwrap();
         assert_eq!(peer.site, "beta");
+        // A resume of a session beta never had: refused (counted), and a new
+        // session starts instead.
+        conn.send_frame(&Frame::Session {
+            session: 0x5eed,
+            received: 1234,
+            resume: true,
+        })
+        .await
+        .unwrap();
+        match conn.recv_frame().await.unwrap() {
+            Frame::Session {
+                session, resume, ..
+            } => assert_eq!((session, resume), (0x5eed, false)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(b.shared.metrics.resume_refused.load(Ordering::Relaxed), 1);
         wait_link(&b, "alpha").await;
         // DATA for a flow nobody opened.
         conn.send_frame(&Frame::Data {

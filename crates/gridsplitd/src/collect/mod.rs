@@ -10,7 +10,6 @@
 //! arrives: it connects to the destination from its own LAN address, writes the
 //! GSo1 origin header, and relays.
 
-pub mod flow;
 pub mod incast;
 
 use bytes::Bytes;
@@ -23,11 +22,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tracing::{debug, warn};
 
+use crate::flow::{self, Flow};
 use crate::lanproto::{self, Status, REQUEST_LEN};
 use crate::link::Link;
 use crate::wire::Frame;
 use crate::Shared;
-use flow::Flow;
 
 /// Extra time, beyond connect_timeout, we wait for OPEN_REPLY: one WAN round trip
 /// plus scheduling slack.
@@ -35,28 +34,12 @@ const REPLY_SLACK: Duration = Duration::from_secs(2);
 
 /// Accepts node connections on the LAN listener.
 pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
-    loop {
-        let (stream, node) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    warn!("LAN accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shared.stopping.cancelled() => return,
-        };
+    let stopping = shared.stopping.clone();
+    crate::accept::serve(listener, stopping, "LAN", move |stream, node| {
         shared.metrics.lan_accepted.fetch_add(1, Ordering::Relaxed);
-        let shared2 = shared.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = serve_node(shared2.clone(), stream, node) => {}
-                _ = shared2.stopping.cancelled() => {}
-            }
-        });
-    }
+        serve_node(shared.clone(), stream, node)
+    })
+    .await
 }
 
 async fn reply(shared: &Shared, stream: &mut TcpStream, status: Status) -> std::io::Result<()> {

@@ -29,6 +29,8 @@ use crate::wire::{Frame, OutBuf, WireError};
 pub enum RecvError {
     #[error("connection closed by peer")]
     Closed,
+    #[error("connection closed in the middle of a frame")]
+    ClosedMidFrame,
     #[error("i/o error: {0}")]
     Io(#[from] io::Error),
     #[error("{0}")]

@@ -129,11 +129,13 @@ async fn recv_frame(
         }
         match try_read_drain(stream, rbuf) {
             Ok(0) => {
+                // Mid-frame too: a connection cut under a session ends wherever
+                // its bytes stopped; that is a loss, not a protocol violation.
                 return Err(if rbuf.is_empty() {
                     RecvError::Closed
                 } else {
-                    RecvError::Wire(wire::WireError::Truncated { need: 1 })
-                })
+                    RecvError::ClosedMidFrame
+                });
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

@@ -38,6 +38,8 @@ pub struct Opts {
     pub keepalive_ms: u64,
     /// `[wan] socket_buffer`; 0 = derived from bandwidth × RTT.
     pub wan_socket_buffer: u64,
+    /// `[wan] outage_limit_s`.
+    pub outage_limit_s: f64,
 }
 
 impl Default for Opts {
@@ -49,6 +51,7 @@ impl Default for Opts {
             connect_timeout_ms: 2000,
             keepalive_ms: 300,
             wan_socket_buffer: 0,
+            outage_limit_s: 120.0,
         }
     }
 }
@@ -85,6 +88,7 @@ bandwidth_bps = 1000000000
 rtt_ms = 1.0
 keepalive_ms = {ka}
 socket_buffer = {wsb}
+outage_limit_s = {olim:?}
 [[site]]
 name = "alpha"
 subnet = "127.{k}.1.0/24"
@@ -103,6 +107,7 @@ gateway_wan = "127.{k}.2.254:{WAN_PORT}"
         tb = o.total_buffer,
         ka = o.keepalive_ms,
         wsb = o.wan_socket_buffer,
+        olim = o.outage_limit_s,
     );
     let path = d.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
@@ -139,7 +144,7 @@ pub async fn pair(k: u8, o: &Opts) -> (Gateway, Gateway) {
 
 pub async fn wait_link(g: &Gateway, peer: &str) {
     for _ in 0..200 {
-        if g.shared.link_to(peer).is_some() {
+        if g.shared.link_to(peer).is_some_and(|l| l.is_up()) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -236,4 +241,72 @@ pub async fn expect_reset_while_writing(
 
 pub fn within<F: std::future::Future>(secs: u64, f: F) -> tokio::time::Timeout<F> {
     tokio::time::timeout(Duration::from_secs(secs), f)
+}
+
+/// Serves `n` flows: for each, reads to EOF, checks size+hash against the sizes
+/// table (indexed by the seed the client announces in its first 8 bytes), replies.
+pub async fn serve(
+    l: TcpListener,
+    n: usize,
+    sizes: std::sync::Arc<Vec<(usize, usize)>>,
+    expect_site: u8,
+    k: u8,
+) {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (mut s, peer, origin) = accept_relayed(&l).await;
+        // Relayed from the far gateway's LAN address, on behalf of the real client.
+        assert_eq!(peer.ip(), ip(k, 3 - expect_site, 254));
+        assert_eq!(
+            origin.ip().to_string().split('.').nth(2).unwrap(),
+            expect_site.to_string()
+        );
+        let sizes = sizes.clone();
+        tasks.push(tokio::spawn(async move {
+            let got = read_all(&mut s).await.unwrap();
+            let seed = u64::from_be_bytes(got[..8].try_into().unwrap());
+            let (up, down) = sizes[seed as usize];
+            assert_eq!(got.len(), up);
+            assert_eq!(
+                sha(&got[8..]),
+                sha(&pattern(seed, up)[8..]),
+                "flow {seed}: request bytes"
+            );
+            s.write_all(&pattern(seed ^ 0xdead, down)).await.unwrap();
+            s.shutdown().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Like `exchange` but with the seed in the first 8 bytes so the server can check.
+pub async fn flow(
+    k: u8,
+    from_site: u8,
+    host: u8,
+    dst: std::net::SocketAddr,
+    seed: u64,
+    up: usize,
+    down: usize,
+) {
+    let gw = addr(k, from_site, 254, LAN_PORT);
+    let (mut s, st) = gs_connect(ip(k, from_site, host), gw, dst).await;
+    assert_eq!(st, Status::Ok, "flow {seed}");
+    let mut payload = pattern(seed, up);
+    payload[..8].copy_from_slice(&seed.to_be_bytes());
+    let (mut r, mut w) = s.split();
+    let send = async {
+        w.write_all(&payload).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let recv = async { read_all(&mut r).await.unwrap() };
+    let ((), got) = tokio::join!(send, recv);
+    assert_eq!(got.len(), down, "flow {seed}: reply length");
+    assert_eq!(
+        sha(&got),
+        sha(&pattern(seed ^ 0xdead, down)),
+        "flow {seed}: reply bytes"
+    );
 }

@@ -11,7 +11,7 @@
 //! * WAN → LAN: we granted the peer a window (reserved from the gateway-wide
 //!   receive budget when the flow opened); arriving bytes wait in `rx` until the
 //!   LAN socket takes them, and credit goes back as they drain. A peer sending
-//!   beyond its credit is violating the protocol (link.rs closes the link).
+//!   beyond its credit is violating the protocol (the link closes its connection and ends the session).
 //!
 //! So every queue here is bounded by construction, with no unbounded channel: the
 //! send queue by `per_flow_buffer` and the send budget, the receive queue by the
@@ -19,7 +19,7 @@
 //!
 //! Latency: a LAN read is handed to the link, which writes it to the WAN socket at
 //! once from this task when the link is idle — a small one as a ready-made DATA
-//! frame read in place behind room left for its prefix (`Link::send_data_now`),
+//! frame read in place behind room left for its prefix (`Carrier::send_data_now`),
 //! a large one through the strategy (`Link::kick`). Received
 //! data is written to the LAN socket by the link's reader itself when nothing of
 //! the flow is waiting and no write is in progress (`Flow::flush_to_lan`); the
@@ -46,10 +46,35 @@ use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore, TryAcquireEr
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::lanproto::Status;
-use crate::link::{Link, FAST_MAX};
+use crate::metrics::Metrics;
 use crate::schedule::{Chunk, Lease, Release};
 use crate::transfer::tcp::{try_read_drain, try_write_segments, write_all_segments};
 use crate::wire::{data_prefix, FlowId, Frame, ResetReason, DATA_PREFIX};
+
+/// Largest chunk the carrier's idle fast path writes itself (`Carrier::send_data_now`).
+pub const FAST_MAX: usize = 16 * 1024;
+
+/// What a flow's pumps need from the WAN link that carries it. The link
+/// (link/mod.rs) implements it; keeping it a trait here lets dependencies run one
+/// way: the link knows flows, flows know only this.
+pub trait Carrier: Send + Sync + 'static {
+    /// The peer site's name, for logs.
+    fn peer(&self) -> &str;
+    fn metrics(&self) -> &Metrics;
+    /// Largest DATA payload worth reading for one chunk.
+    fn max_data(&self) -> usize;
+    /// Queues a link-level frame (CREDIT, RESET...), ahead of data.
+    fn queue_control(&self, f: Frame);
+    /// Queues a chunk for the scheduling strategy.
+    fn push_chunk(&self, c: Chunk);
+    /// The idle-link fast path: writes a ready-made DATA frame of `data_len`
+    /// (at most FAST_MAX) bytes at once, or returns false (queue it instead).
+    fn send_data_now(&self, frame: &[u8], data_len: usize) -> bool;
+    /// Discards what a reset flow still had queued.
+    fn drop_queued(&self, flow: FlowId);
+    /// Removes a finished flow from the link's table.
+    fn forget_flow(&self, flow: FlowId);
+}
 
 /// Where a flow we opened learns the far side's answer: (GSa1 status, initial credit).
 pub type OpenReply = oneshot::Receiver<(u8, u32)>;
@@ -348,7 +373,7 @@ impl Flow {
     /// thread (the link reader), as far as the socket takes it without waiting.
     /// The flow's task is woken only for the rest, or when it must act (FIN, no
     /// socket yet). Returns credit to the peer for what was written.
-    pub fn flush_to_lan(&self, link: &Link) {
+    pub fn flush_to_lan(&self, link: &impl Carrier) {
         let mut rx = self.rx.lock().unwrap();
         if rx.writing || rx.queue.is_empty() {
             // The flow's task is writing and will look at the queue again after.
@@ -442,8 +467,13 @@ enum End {
 /// Relays between the LAN socket and the WAN link until both directions have
 /// finished or the flow is reset. `origin` is what is left to write of the GSo1
 /// header (remote side only), before anything else.
-pub async fn relay(flow: Arc<Flow>, link: Arc<Link>, s: Arc<TcpStream>, origin: Option<Bytes>) {
-    tracing::debug!(peer = %link.peer, flow = flow.id, "relay started");
+pub async fn relay<L: Carrier>(
+    flow: Arc<Flow>,
+    link: Arc<L>,
+    s: Arc<TcpStream>,
+    origin: Option<Bytes>,
+) {
+    tracing::debug!(peer = %link.peer(), flow = flow.id, "relay started");
     link.metrics().flows_active.fetch_add(1, Ordering::Relaxed);
     // Two tasks rather than one join!: a joined future polls both directions
     // whenever either is woken, and polling the idle one (its Notify waits) costs
@@ -463,7 +493,7 @@ pub async fn relay(flow: Arc<Flow>, link: Arc<Link>, s: Arc<TcpStream>, origin: 
     let up = lan_to_wan(&flow, &link, &s).await;
     // A panicked task (a bug) counts as a reset: the node must not hang.
     let down = down.await.unwrap_or(End::Reset);
-    tracing::debug!(peer = %link.peer, flow = flow.id, ?up, ?down, "relay ended");
+    tracing::debug!(peer = %link.peer(), flow = flow.id, ?up, ?down, "relay ended");
     // The link reader must not write any more, and must not keep the socket open.
     flow.rx.lock().unwrap().lan = None;
     if up == End::Reset || down == End::Reset || flow.is_aborted() {
@@ -477,7 +507,7 @@ pub async fn relay(flow: Arc<Flow>, link: Arc<Link>, s: Arc<TcpStream>, origin: 
 }
 
 /// Resets `flow` because of something on our side, and tells the peer.
-fn reset_here(flow: &Flow, link: &Link, reason: ResetReason) {
+fn reset_here<L: Carrier + ?Sized>(flow: &Flow, link: &L, reason: ResetReason) {
     if !flow.is_aborted() {
         flow.abort();
         link.drop_queued(flow.id);
@@ -521,7 +551,7 @@ async fn read_some(
     }
 }
 
-async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
+async fn lan_to_wan<L: Carrier>(flow: &Arc<Flow>, link: &Arc<L>, s: &TcpStream) -> End {
     let mut buf = BytesMut::new();
     let aborted = flow.abort.cancelled();
     tokio::pin!(aborted);
@@ -555,7 +585,7 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
         permit.forget();
         // Room for a DATA frame's prefix in front of the bytes: a small message on
         // an idle link then goes out as one contiguous send, header included,
-        // without being copied (Link::send_data_now).
+        // without being copied (Carrier::send_data_now).
         buf.reserve(DATA_PREFIX + n);
         buf.put_bytes(0, DATA_PREFIX);
         let mut limited = (&mut buf).limit(n);
@@ -592,7 +622,7 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
                 buf.advance(DATA_PREFIX);
                 let lease = Lease::new(flow.clone(), k);
                 // Onto the WAN socket from here if the link is idle (a chunk too
-                // large for the fast path), else queued for the strategy (link.rs).
+                // large for the fast path), else queued for the strategy (link/send.rs).
                 link.push_chunk(Chunk {
                     flow: flow.id,
                     data: buf.split().freeze(),
@@ -602,7 +632,7 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
             }
             Err(_) => {
                 flow.send_pool.add_permits(n);
-                reset_here(flow, link, ResetReason::LanReset);
+                reset_here(flow, &**link, ResetReason::LanReset);
                 return End::Reset;
             }
         }
@@ -612,9 +642,9 @@ async fn lan_to_wan(flow: &Arc<Flow>, link: &Arc<Link>, s: &TcpStream) -> End {
 /// Writes the GSo1 header (remote side only), then lets the link reader write
 /// received data to the LAN socket directly. Err: how the WAN → LAN direction
 /// ended already.
-async fn start_down(
+async fn start_down<L: Carrier>(
     flow: &Arc<Flow>,
-    link: &Arc<Link>,
+    link: &Arc<L>,
     s: &Arc<TcpStream>,
     origin: Option<Bytes>,
 ) -> Result<(), End> {
@@ -625,7 +655,7 @@ async fn start_down(
             _ = flow.abort.cancelled() => return Err(End::Reset),
         };
         if !ok {
-            reset_here(flow, link, ResetReason::LanReset);
+            reset_here(flow, &**link, ResetReason::LanReset);
             return Err(End::Reset);
         }
     }
@@ -633,7 +663,7 @@ async fn start_down(
     Ok(())
 }
 
-async fn wan_to_lan(flow: &Arc<Flow>, link: &Arc<Link>, s: &Arc<TcpStream>) -> End {
+async fn wan_to_lan<L: Carrier>(flow: &Arc<Flow>, link: &Arc<L>, s: &Arc<TcpStream>) -> End {
     let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_IOV);
     loop {
         let fin = loop {
@@ -673,7 +703,7 @@ async fn wan_to_lan(flow: &Arc<Flow>, link: &Arc<Link>, s: &Arc<TcpStream>) -> E
             .lan_queued_writes
             .fetch_add(1, Ordering::Relaxed);
         if res.is_err() {
-            reset_here(flow, link, ResetReason::LanReset);
+            reset_here(flow, &**link, ResetReason::LanReset);
             return End::Reset;
         }
         if let Some(grant) = grant {
