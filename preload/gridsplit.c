@@ -823,12 +823,48 @@ GS_EXPORT int getsockopt(int fd, int level, int optname, void *val, socklen_t *l
 
 /* ------------------------------------------------------------ I/O wrappers */
 
+/* A relayed connection was reset under the application (ECONNRESET, or EPIPE
+ * once the reset arrived). The gateways reset a relayed connection when the far
+ * application reset its end (as direct TCP would), when their WAN link stayed
+ * down past its outage limit, or when a gateway died. MPI libraries do not
+ * survive a lost connection, and some wait forever for the messages it carried
+ * (Open MPI's TCP BTL reports a closed endpoint to its PML only if it still had
+ * fragments to send there, open-mpi/ompi PR #5892; everything a rank wrote was
+ * already accepted by the gateway). So the process ends here, with one line
+ * saying why, and the launcher ends the job with an error instead of a hang
+ * (docs/design/wan-sessions.md, "When flows are reset"). Only established
+ * relayed connections (GS_F_PEER) are concerned; others keep their errors. */
+static void relay_lost(int fd, int err)
+{
+    struct gs_slot *s = gs_slot_peek(fd);
+    if (s == NULL || !(atomic_load_explicit(&s->flags, memory_order_acquire) & GS_F_PEER))
+        return;
+    char peer[INET6_ADDRSTRLEN + 8] = "?";
+    struct gs_addr a;
+    uint16_t port;
+    if (gs_sockaddr_to_addr((const struct sockaddr *)&s->peer, s->peerlen, &a, &port) == 0)
+        gs_addr_format(&a, port, peer, sizeof peer);
+    gs_log("relayed connection with %s (fd %d) lost: %s. The gateways gave up on it (WAN link down "
+           "past its outage limit, or a gateway failed), or the far process reset it. Exiting with "
+           "status %d so that the MPI job fails instead of waiting for messages that were lost.",
+           peer, fd, strerror(err), GS_EXIT_RELAY_LOST);
+    _exit(GS_EXIT_RELAY_LOST);
+}
+
+/* The result of a real I/O call on fd, after relay_lost() had its look. */
+static inline ssize_t io_done(int fd, ssize_t r)
+{
+    if (GS_UNLIKELY(r < 0) && (errno == ECONNRESET || errno == EPIPE))
+        relay_lost(fd, errno);
+    return r;
+}
+
 GS_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, 0) < 0)
         return -1;
-    return REAL(read)(fd, buf, n);
+    return io_done(fd, REAL(read)(fd, buf, n));
 }
 
 GS_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
@@ -837,8 +873,8 @@ GS_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, 0) < 0)
         return -1;
     if (REAL(read_chk))
-        return gs_real.read_chk(fd, buf, n, buflen);
-    return REAL(read)(fd, buf, n);
+        return io_done(fd, gs_real.read_chk(fd, buf, n, buflen));
+    return io_done(fd, REAL(read)(fd, buf, n));
 }
 
 GS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
@@ -846,7 +882,7 @@ GS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, 0) < 0)
         return -1;
-    return REAL(readv)(fd, iov, cnt);
+    return io_done(fd, REAL(readv)(fd, iov, cnt));
 }
 
 GS_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
@@ -854,7 +890,7 @@ GS_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
-    return REAL(recv)(fd, buf, n, flags);
+    return io_done(fd, REAL(recv)(fd, buf, n, flags));
 }
 
 GS_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
@@ -863,8 +899,8 @@ GS_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int fla
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
     if (REAL(recv_chk))
-        return gs_real.recv_chk(fd, buf, n, buflen, flags);
-    return REAL(recv)(fd, buf, n, flags);
+        return io_done(fd, gs_real.recv_chk(fd, buf, n, buflen, flags));
+    return io_done(fd, REAL(recv)(fd, buf, n, flags));
 }
 
 GS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
@@ -873,7 +909,7 @@ GS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockad
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
-    return REAL(recvfrom)(fd, buf, n, flags, from, fromlen);
+    return io_done(fd, REAL(recvfrom)(fd, buf, n, flags, from, fromlen));
 }
 
 GS_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
@@ -883,8 +919,8 @@ GS_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
     if (REAL(recvfrom_chk))
-        return gs_real.recvfrom_chk(fd, buf, n, buflen, flags, from, fromlen);
-    return REAL(recvfrom)(fd, buf, n, flags, from, fromlen);
+        return io_done(fd, gs_real.recvfrom_chk(fd, buf, n, buflen, flags, from, fromlen));
+    return io_done(fd, REAL(recvfrom)(fd, buf, n, flags, from, fromlen));
 }
 
 GS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -892,7 +928,7 @@ GS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && read_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
-    return REAL(recvmsg)(fd, msg, flags);
+    return io_done(fd, REAL(recvmsg)(fd, msg, flags));
 }
 
 GS_EXPORT ssize_t write(int fd, const void *buf, size_t n)
@@ -900,7 +936,7 @@ GS_EXPORT ssize_t write(int fd, const void *buf, size_t n)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && write_gate(fd, s, 0) < 0)
         return -1;
-    return REAL(write)(fd, buf, n);
+    return io_done(fd, REAL(write)(fd, buf, n));
 }
 
 GS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
@@ -908,7 +944,7 @@ GS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && write_gate(fd, s, 0) < 0)
         return -1;
-    return REAL(writev)(fd, iov, cnt);
+    return io_done(fd, REAL(writev)(fd, iov, cnt));
 }
 
 GS_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
@@ -916,7 +952,7 @@ GS_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && write_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
-    return REAL(send)(fd, buf, n, flags);
+    return io_done(fd, REAL(send)(fd, buf, n, flags));
 }
 
 GS_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
@@ -925,7 +961,7 @@ GS_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && write_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
-    return REAL(sendto)(fd, buf, n, flags, to, tolen);
+    return io_done(fd, REAL(sendto)(fd, buf, n, flags, to, tolen));
 }
 
 GS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -933,7 +969,7 @@ GS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     struct gs_slot *s = peek_io(fd);
     if (GS_UNLIKELY(s != NULL) && write_gate(fd, s, flags & MSG_DONTWAIT) < 0)
         return -1;
-    return REAL(sendmsg)(fd, msg, flags);
+    return io_done(fd, REAL(sendmsg)(fd, msg, flags));
 }
 
 /* ------------------------------------------------------- close and dup */

@@ -132,6 +132,9 @@ void gs_resolve_real(void);
  * process even if another thread closes the fd meanwhile. */
 #define GS_CHUNK_BITS 10
 #define GS_CHUNK (1u << GS_CHUNK_BITS)
+/* Exit status of a process whose relayed connection was lost (gridsplit.c, relay_lost). */
+#define GS_EXIT_RELAY_LOST 75
+
 #define GS_MAX_FD (1u << 20) /* Linux's default fs.nr_open ceiling */
 
 /* Bits of gs_slot.flags. Zero means "not ours": the wrapper calls libc directly. */

@@ -13,6 +13,8 @@ Test hooks, chosen by the destination address (so the C tests can ask for them):
   127.0.2.210                 reply OK in two pieces, 300 ms apart (partial reads)
   127.0.2.211                 wait 300 ms, then behave normally (reply latency)
   127.0.2.212                 reply with a bad magic
+  127.0.2.213                 reply OK, then reset the node's connection 100 ms
+                              later (as gridsplitd does when it gives up on a flow)
 
 Every accepted connection is logged as a "CONN" line before anything else is done
 with it, and every request as a "REQ" line, so that tests can prove which
@@ -101,6 +103,12 @@ def handle(conn, peer, args, logf):
             return
         if dst.startswith("127.0.2.") and last == 212:
             conn.sendall(b"XXXX\0\0\0\0")
+            return
+        if dst.startswith("127.0.2.") and last == 213:
+            reply(conn, 0)
+            time.sleep(0.1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            log(logf, "RESET %s:%d" % peer[:2])
             return
         if dst.startswith("127.0.2.") and last == 211:
             time.sleep(0.3)

@@ -968,6 +968,39 @@ static void test_fork(void)
           "child status %#x", st);
 }
 
+/* The gateway resets an established relayed connection (it gave up on the
+ * flow): the process must end with status 75 and one line saying why, not get
+ * an error its MPI library may answer by waiting forever. In a child, whose
+ * stderr goes to a file. */
+static void test_relay_lost_exits(void)
+{
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/relay-lost.err", test_dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (e < 0 || dup2(e, 2) < 0)
+            _exit(2);
+        int fd = connect_b("127.0.2.213", port_accept);
+        if (fd < 0)
+            _exit(3);
+        char buf[64];
+        for (;;) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0)
+                _exit(n == 0 ? 4 : 5); /* EOF, or an error the library let through */
+        }
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 75,
+          "child status %#x, want exit 75", st);
+    char *e = slurp(errpath);
+    CHECK(count_lines(e) == 1 && strstr(e, "127.0.2.213") && strstr(e, "Connection reset by peer") &&
+              strstr(e, "status 75"),
+          "stderr should be one line naming the connection and the reset, got:\n%s", e);
+    free(e);
+}
+
 /* Run the probe with a given environment and check: exit 0 (it connected
  * directly), its connections went direct (hello shows its own address), and its
  * stderr is exactly one line containing want. */
@@ -1139,6 +1172,7 @@ int main(int argc, char **argv)
         {"bad origin header dropped, accepting goes on", test_accept_bad_header},
         {"16 threads x 8 concurrent connects", test_threads},
         {"fork: child connects", test_fork},
+        {"a relayed connection reset by the gateway ends the process (75)", test_relay_lost_exits},
         {"missing/bad config: one stderr line, pass-through", test_bad_config},
     };
     int passed = 0, failed = 0;

@@ -46,7 +46,7 @@ def main() -> None:
     lab       an emulated multi-site grid on this machine (namespaces, real TCP, real MPI)
     gateway   site gateways (gridsplitd): configs and status
     run       run an MPI job with its cross-site connections split at the gateways
-    bench     benchmarks: gather (direct vs split, the paper's evaluation), relay
+    bench     benchmarks: gather (direct vs split, the paper's evaluation), relay, outage
     report    an HTML report with plots from bench result files
     netcheck  site-to-site TCP diagnosis: RTT/throughput matrices, the wizard gap, tuning advice
     model     pLogP collective-performance prediction and grid advice
@@ -75,6 +75,7 @@ def bench() -> None:
     """Benchmarks, measured side by side in one run, with result files."""
 
 
+from .bench.outage import outage  # noqa: E402
 from .bench.relay import relay  # noqa: E402
 from .bench.report import report  # noqa: E402
 from .bench.sweep import iter_ops  # noqa: E402
@@ -82,4 +83,5 @@ from .bench.sweep import iter_ops  # noqa: E402
 for _cmd in iter_ops():
     bench.add_command(_cmd)
 bench.add_command(relay)
+bench.add_command(outage)
 main.add_command(report)

@@ -92,12 +92,17 @@ def render_status(st: dict, name: str) -> None:
         out.print(f"host TCP: slow start after idle {host.get('slow_start_after_idle', '?')}, pacing ratios "
                   f"{host.get('pacing_ss_ratio', '?')} % (slow start) / {host.get('pacing_ca_ratio', '?')} % "
                   "(congestion avoidance) of cwnd/RTT, under the link's pacing cap")
-    t = Table("peer", "role", "strategy", "flows", "queued", "frames out/in", "chunks aggregated", "cwnd", "RTT",
-              "retrans", "RTO timeouts", "sndbuf/rcvbuf/lowat", "CC", title="WAN links")
+    t = Table("peer", "role", "state", "reconnects", "replayed", "strategy", "flows", "queued", "frames out/in",
+              "chunks aggregated", "cwnd", "RTT", "retrans", "RTO timeouts", "sndbuf/rcvbuf/lowat", "CC",
+              title="WAN links")
     for link in st.get("links", []):
         tis = link.get("tcp_info") or [{}]
         ap = (link.get("applied") or [{}])[0]
-        t.add_row(link.get("peer", "?"), link.get("role", ""), link.get("strategy", ""), str(link.get("flows", 0)),
+        state = link.get("state", "up")
+        if link.get("down_seconds") is not None:
+            state += f" (down {link['down_seconds']:.1f} s of {link.get('outage_limit_s', 0):g})"
+        t.add_row(link.get("peer", "?"), link.get("role", ""), state, str(link.get("reconnects", 0)),
+                  f"{link.get('bytes_replayed', 0)} B", link.get("strategy", ""), str(link.get("flows", 0)),
                   f"{link.get('queued_bytes', 0)} B", f"{link.get('frames_out', 0)}/{link.get('frames_in', 0)}",
                   f"{link.get('chunks_aggregated', 0)} in {link.get('batch_frames', 0)} frames",
                   " ".join(str(ti.get("snd_cwnd", "")) for ti in tis),
@@ -107,6 +112,12 @@ def render_status(st: dict, name: str) -> None:
                   f"{ap.get('sndbuf', '')}/{ap.get('rcvbuf', '')}/{ap.get('notsent_lowat', '')}",
                   str(ap.get("congestion", "")))
     out.print(t)
+    c = st.get("counters") or {}
+    if c.get("wan_connections_lost") or st.get("flows_held"):
+        out.print(f"WAN outages: {c.get('wan_connections_lost', 0)} connections lost, "
+                  f"{c.get('wan_reconnects', 0)} resumed ({c.get('wan_bytes_replayed', 0)} B replayed); "
+                  f"{st.get('flows_held', 0)} flows held now; {c.get('flows_reset_outage', 0)} flows reset "
+                  f"by {c.get('sessions_expired', 0)} outages past the limit")
     flows = st.get("flows", [])
     if flows:
         t = Table("flow", "peer", "origin", "source", "destination", "state", "bytes out", "bytes in", "queued",

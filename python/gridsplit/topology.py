@@ -15,7 +15,7 @@ import ipaddress
 import itertools
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,9 @@ class GatewaySettings:
     # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
     # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).
     lan_rto_min_us: int = 0
+    # How long a WAN link may stay down before its flows are reset; within it
+    # they are held and resumed (docs/design/wan-sessions.md).
+    outage_limit_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ class Topology:
                  "subnet": str(w.subnet)}
                 for w in self.wans
             ],
+            "gateways": asdict(self.gateways),
         }
 
 
@@ -354,7 +358,7 @@ TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_rto_min_us")
+                "lan_rto_min_us", "outage_limit_s")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -494,6 +498,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         total_buffer=g.integer("total_buffer", 256 * 1048576, lo=1048576),
         lan_tuning=g.boolean("lan_tuning", True),
         lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
+        outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

@@ -475,6 +475,10 @@ pub async fn relay<L: Carrier>(
 ) {
     tracing::debug!(peer = %link.peer(), flow = flow.id, "relay started");
     link.metrics().flows_active.fetch_add(1, Ordering::Relaxed);
+    // While the relay runs, closing the LAN socket resets it (SO_LINGER 0), so
+    // that if this process dies the node sees a reset, never a clean EOF that
+    // would pass for the far end's close (docs/design/wan-sessions.md).
+    let _ = socket2::SockRef::from(&*s).set_linger(Some(std::time::Duration::ZERO));
     // Two tasks rather than one join!: a joined future polls both directions
     // whenever either is woken, and polling the idle one (its Notify waits) costs
     // every relayed message of the other a few lock round trips.
@@ -497,9 +501,11 @@ pub async fn relay<L: Carrier>(
     // The link reader must not write any more, and must not keep the socket open.
     flow.rx.lock().unwrap().lan = None;
     if up == End::Reset || down == End::Reset || flow.is_aborted() {
-        // Make the close an RST, so the node sees a reset where the far end reset.
-        let _ = socket2::SockRef::from(&*s).set_linger(Some(std::time::Duration::ZERO));
+        // The close stays an RST: the node sees a reset where the far end reset.
         link.metrics().flows_reset.fetch_add(1, Ordering::Relaxed);
+    } else {
+        // Both directions ended cleanly: an orderly close.
+        let _ = socket2::SockRef::from(&*s).set_linger(None);
     }
     drop(s);
     link.metrics().flows_active.fetch_sub(1, Ordering::Relaxed);

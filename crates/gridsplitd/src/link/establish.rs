@@ -324,7 +324,13 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
         }
     }
     if link.conn_count() == gen {
-        link.state.send_replace(State::Down(Instant::now()));
+        // An outage counts from the last time the peer was heard, not from
+        // when its silence was judged fatal.
+        let heard = match &err {
+            LinkError::Silent(d) => Instant::now().checked_sub(*d).unwrap_or_else(Instant::now),
+            _ => Instant::now(),
+        };
+        link.state.send_replace(State::Down(heard));
     }
     let _ = stopped_tx.send(true);
 
