@@ -1,4 +1,4 @@
-/* The collective algorithms modelled in seed 002 (Tables 1-3), written on MPI
+/* The collective algorithms modelled by Barchet-Estefanel and Mounié (Tables 1-3), written on MPI
  * point-to-point so that what `gridsplit model` predicts is exactly what runs:
  * no library algorithm selection, protocol switch or segmentation of its own
  * hides between the model and the measurement. Root is rank 0.
@@ -353,7 +353,7 @@ static void alltoall(const char *algo, const unsigned char *sb, unsigned char *r
     int rot = strcmp(algo, "alltoall_rotated") == 0;
     MPI_Request *rq = reqs(2 * P);
     int n = 0;
-    /* Direct exchange (seed 002 §5): every send and receive is started at
+    /* Direct exchange (Barchet-Estefanel and Mounié §5): every send and receive is started at
      * once; "direct" has every rank send in the same order 0..P-1 (the
      * receiver-overload case of Fig. 8), "rotated" starts at r+1. */
     for (int i = 1; i < P; i++) {

@@ -247,7 +247,7 @@ int bench_finish(int local_failures)
 
 /* Process CPU time (all threads, so MPI progress threads count) and wall time
  * at the last bench_cpu_mark(); bench_report() reports the difference per
- * rank, which is how `gridsplit bench` measures node CPU (seed 000 Figs 11-13)
+ * rank, which is how `gridsplit bench` measures node CPU (Alter and Glück Figs 11-13)
  * without sampling from outside a process that may be gone by then. */
 static double g_mark_wall, g_mark_user, g_mark_sys;
 

@@ -18,7 +18,7 @@
 #define BENCH_EXIT_RESOURCE 3 /* out of memory: the run is aborted */
 
 #define BENCH_MAX_SIZES 64
-#define BENCH_DEFAULT_REPS 200 /* seed 000 §10.3: 200 consecutive gathers */
+#define BENCH_DEFAULT_REPS 200 /* Alter and Glück §10.3: 200 consecutive gathers */
 #define BENCH_TAG 5000
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* The hand-written gather of seed 000 §10.3 (MPI5000 evaluation): the
+/* The hand-written gather of Alter and Glück §10.3 (MPI5000 evaluation): the
  * baseline that gridsplit's WAN experiments are compared against. It avoids
  * MPI_Gather on purpose so that no library-specific algorithm (trees,
  * segmentation) hides what the network does: every non-root rank sends its

@@ -1,6 +1,6 @@
 /* pLogP parameter measurement between ranks 0 and 1, in the manner of
  * Kielmann, Bal and Verstoep ("Fast measurement of LogP parameters for
- * message passing platforms", 2000), the tool seed 002 used for its Fig. 1.
+ * message passing platforms", 2000), the tool Barchet-Estefanel and Mounié used for their Fig. 1.
  *
  * For each message size m rank 0 (the driver) measures, with rank 1 as peer:
  *   RTT(m)  ping of m bytes answered by an 8-byte reply;

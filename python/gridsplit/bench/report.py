@@ -1,6 +1,6 @@
 """`gridsplit report RESULTS...`: a self-contained HTML report, with PNGs, from bench result files.
 
-It draws what seed 000 §10.4 shows (time vs size per node count, Figures 9-10;
+It draws what Alter and Glück show in §10.4 (time vs size per node count, Figures 9-10;
 retransmissions and timeouts, Tables 1-2; CPU, Figures 11-13) from the JSONL
 rows that `gridsplit bench` writes, adds what MPI5000 lacked (min-max bands
 over repetitions, the physical bound and efficiency, a split/direct heatmap,
@@ -28,7 +28,7 @@ from ..lab.queues import fell_behind
 from .sweep import HEADERS, frame_ceiling, median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
-# Seed 000 Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
+# Alter and Glück Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
 SEED_FAST_RETRANS = {
     (4, 100000): (0, 14, 0), (4, 500000): (3, 79, 0), (4, 1000000): (17, 174, 1), (4, 2000000): (38, 395, 2),
     (10, 100000): (0, 64, 0), (10, 500000): (37, 377, 0), (10, 1000000): (75, 526, 2), (10, 2000000): (96, 888, 2),
@@ -93,7 +93,7 @@ def _per_rep(r: dict) -> float:
 
 
 def fig_time(points: list[dict], outdir: Path) -> list[str]:
-    """Seed 000 Figs 9-10: mean time per operation vs size, one panel per node count."""
+    """Alter and Glück Figs 9-10: mean time per operation vs size, one panel per node count."""
     import matplotlib.pyplot as plt
     g = _groups(points)
     out = []
@@ -171,7 +171,7 @@ def fig_heatmap(summary: list[dict], outdir: Path) -> list[str]:
 
 
 def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
-    """Seed 000 Figs 11-13: sender, root and gateway CPU vs size, per node count."""
+    """Alter and Glück Figs 11-13: sender, root and gateway CPU vs size, per node count."""
     import matplotlib.pyplot as plt
     out = []
     g = _groups(points)
@@ -252,7 +252,7 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def retrans_tables(points: list[dict]) -> str:
-    """Seed 000 Tables 1-2, our numbers beside MPI5000's (medians over repetitions, per 200 operations)."""
+    """Alter and Glück Tables 1-2, our numbers beside MPI5000's (medians over repetitions, per 200 operations)."""
     parts = []
     for counter, seed, title in (("TCPFastRetrans", SEED_FAST_RETRANS, "Table 1: fast retransmits"),
                                  ("TCPTimeouts", SEED_TIMEOUTS, "Table 2: retransmission timeouts"),

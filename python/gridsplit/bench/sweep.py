@@ -1,6 +1,6 @@
 """`gridsplit bench gather` (and scatter, bcast, alltoall, pingpong): MPI sweeps, direct vs split.
 
-This is seed 000's evaluation (§9-10) as one command. For every point
+This is Alter and Glück's evaluation (§9-10) as one command. For every point
 (implementation, node count, message size, repetition) the same MPI job runs
 once node to node ("direct") and once through the site gateways ("split"),
 back to back on the same lab, so that their ratio is measured side by side.
@@ -51,7 +51,7 @@ from . import units
 
 SCHEMA = "gridsplit.bench/1"
 MODES = ("direct", "split")
-# Counters attributed to local/distant in every row (seed 000 Tables 1-2 and neighbours).
+# Counters attributed to local/distant in every row (Alter and Glück Tables 1-2 and neighbours).
 ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
               "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
 # Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
@@ -134,7 +134,7 @@ def row_key(row: dict[str, Any]) -> tuple:
 def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
     """The root (first node of the second site) and the `nodes` senders of the first site.
 
-    This is seed 000 §10.2's layout: senders in bordeaux, the gather root in sophia.
+    This is Alter and Glück §10.2's layout: senders in bordeaux, the gather root in sophia.
     """
     if len(topo.sites) < 2:
         raise GridsplitError(f"topology {topo.name!r} has one site; cross-site benchmarks need two")
@@ -687,7 +687,7 @@ def make_command(op: str) -> click.Command:
     @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=_csv(units.parse_size),
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
     @click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
-                  help="Repetitions per run (seed 000: 200 gathers).")
+                  help="Repetitions per run (Alter and Glück: 200 gathers).")
     @click.option("--budget", default=15.0, show_default=True, type=click.FloatRange(0),
                   help="Cap reps so a run's ideal duration stays under this many seconds (0: never cap). "
                        "The reps actually run are recorded.")

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .sh import in_ns
 
-# The counters seed 000 reasons with (Tables 1-2), and their neighbours.
+# The counters Alter and Glück reason with (Tables 1-2), and their neighbours.
 HEADLINE = ("TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
             "RetransSegs", "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs",
             "OutSegs", "InSegs")

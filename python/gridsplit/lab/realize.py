@@ -12,7 +12,7 @@ and one WAN namespace holding both ends of every WAN link, bridged frame by fram
 by gridsplit-wanem, the user-space delay line (this kernel has no netem). Rates
 and drop-tail buffers are kernel tbf; delay and random loss are the delay line's.
 The switch's output port toward a host is where gather traffic converges, as in
-seed 000's figure 8, so that is where its buffer is.
+Alter and Glück's figure 8, so that is where its buffer is.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ BURST_MS = {"nic": 2.1, "switch": 0.25, "wan": 2.1}
 # A real NIC never sends faster than its line rate, but a full 2.1 ms bucket
 # lets an idle host put 26 KB (at 100 Mb/s) on the wire at memory speed: a
 # one-to-many send then finishes in half the time a NIC needs, which no host
-# of the emulated platform can do (seed 002's small-message models were off by
+# of the emulated platform can do (Barchet-Estefanel and Mounié's small-message models were off by
 # a quarter for it). tbf's second (peak) bucket caps the NIC at NIC_PEAK
 # times its rate; the deep bucket still pays back timer latency and VM
 # stalls, but only 10 % faster than real time. The peak bucket holds PEAK_US of
@@ -525,7 +525,7 @@ def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int, poll: bool
 
     Veth hops, bridges, routers and the delay line's own wake-up add about a
     tenth of a millisecond per direction. Configured RTTs are node-to-node
-    figures (seed 001 measured them with ping between nodes), so the delay line
+    figures (Guillier et al. 2006 measured them with ping between nodes), so the delay line
     is restarted with that much less delay per direction.
 
     The path's own latency is what its fastest probes take: anything more is

@@ -1,7 +1,7 @@
 """Which TCP connection retransmitted: the kernel's own per-connection record.
 
 Per-namespace counters (counters.py) say how many retransmissions and timeouts
-a host had, not on which connection. Seed 000's Tables 1-2 need exactly that
+a host had, not on which connection. Alter and Glück's Tables 1-2 need exactly that
 split: *local* (both ends in one site: node <-> node or node <-> its gateway)
 versus *distant* (across the WAN: node <-> node in direct mode, gateway <->
 gateway in split mode). The kernel's tcp:tcp_retransmit_skb tracepoint names

@@ -1,4 +1,4 @@
-"""`gridsplit model ...`: pLogP measurement, seed 002's collective models, validation and grid advice.
+"""`gridsplit model ...`: pLogP measurement, Barchet-Estefanel and Mounié's collective models, validation and grid advice.
 
 measure   pLogP parameters of the lab's LAN, WAN and split paths (mpi/plogp.c)
 predict   the models of Tables 1-3 for one (op, P, m), fastest first
@@ -68,7 +68,7 @@ def _command() -> str:
 
 @click.group()
 def model() -> None:
-    """pLogP collective-performance prediction (seed 002) and grid advice.
+    """pLogP collective-performance prediction (Barchet-Estefanel and Mounié) and grid advice.
 
     \b
     gridsplit model measure                      # LAN, WAN and split pLogP parameters of the running lab
@@ -133,7 +133,7 @@ def _print_params(ps) -> None:
 @click.option("--gamma", type=float, default=None, help="All-to-all congestion factor [from the shipped validation].")
 @click.option("--json", "as_json", is_flag=True)
 def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, gamma: float | None, as_json: bool) -> None:
-    """Every algorithm of one operation for (P, m), fastest predicted first, with its seed 002 formula."""
+    """Every algorithm of one operation for (P, m), fastest predicted first, with its Barchet-Estefanel and Mounié formula."""
     from .advise import load_validation, shipped
     from .collectives import ALGORITHMS, select
     ps = _params(params)

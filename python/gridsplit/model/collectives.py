@@ -1,4 +1,4 @@
-"""The collective-communication models of seed 002 (Tables 1-3), segment search and selection.
+"""The collective-communication models of Barchet-Estefanel and Mounié (Tables 1-3), segment search and selection.
 
 Pure functions of pLogP parameters (plogp.PLogP), the number of processes P,
 the message size m (bytes per rank, as in the seed) and, for segmented
@@ -35,7 +35,7 @@ def segments(m: int, s: int) -> int:
 
 
 # --------------------------------------------------------------------------
-# Broadcast, seed 002 Table 1 (in the order of the table's lines)
+# Broadcast, Barchet-Estefanel and Mounié Table 1 (in the order of the table's lines)
 # --------------------------------------------------------------------------
 
 def bcast_flat(p: PLogP, P: int, m: int, s: int | None = None) -> float:
@@ -89,7 +89,7 @@ def bcast_seg_binomial(p: PLogP, P: int, m: int, s: int) -> float:
 
 
 # --------------------------------------------------------------------------
-# Scatter and gather, seed 002 Table 2 (gather is the scatter's mirror, §4)
+# Scatter and gather, Barchet-Estefanel and Mounié Table 2 (gather is the scatter's mirror, §4)
 # --------------------------------------------------------------------------
 
 def scatter_flat(p: PLogP, P: int, m: int, s: int | None = None) -> float:
@@ -112,7 +112,7 @@ gather_flat, gather_chain, gather_binomial = scatter_flat, scatter_chain, scatte
 
 
 # --------------------------------------------------------------------------
-# All-to-all, seed 002 Table 3 and the gamma interpolation of §5.1
+# All-to-all, Barchet-Estefanel and Mounié Table 3 and the gamma interpolation of §5.1
 # --------------------------------------------------------------------------
 
 def alltoall_upper(p: PLogP, P: int, m: int) -> float:
@@ -143,7 +143,7 @@ def fit_gamma(points: list[tuple[float, float, float]]) -> float:
     """gamma minimising the squared relative error of lo + gamma (up - lo) against measured T.
 
     `points` are (lower, upper, measured). Relative error, so that the many
-    small-message points and the few large ones weigh alike (seed 002 §5.1 fits
+    small-message points and the few large ones weigh alike (Barchet-Estefanel and Mounié §5.1 fits
     it by eye on one figure; a least-squares fit is the reproducible version).
     """
     num = den = 0.0
@@ -205,7 +205,7 @@ def algorithms_of(op: str) -> list[str]:
 
 
 def best_segment(fn: Callable[..., float], p: PLogP, P: int, m: int, min_seg: int = 1) -> tuple[int, float]:
-    """Seed 002 §3: the best s among m/2^i, i in [0, log2 m], then local hill climbing.
+    """Barchet-Estefanel and Mounié §3: the best s among m/2^i, i in [0, log2 m], then local hill climbing.
 
     The climb starts from the best power-of-two fraction with a step of half
     that segment, moves while a neighbour is better and halves the step when
@@ -260,7 +260,7 @@ def predict(algo: str, p: PLogP, P: int, m: int, segment: int | None = None, gam
 
 def select(op: str, p: PLogP, P: int, m: int, algos: list[str] | None = None, gamma: float | None = None,
            min_seg: int = 1) -> list[Prediction]:
-    """Every algorithm of `op`, fastest predicted first: the selector of seed 002 §4.1 / Fig. 7."""
+    """Every algorithm of `op`, fastest predicted first: the selector of Barchet-Estefanel and Mounié §4.1 / Fig. 7."""
     names = algos or algorithms_of(op)
     return sorted((predict(a, p, P, m, gamma=gamma, min_seg=min_seg) for a in names), key=lambda x: x.seconds)
 

@@ -1,11 +1,11 @@
 """The two-level grid model: pLogP with LAN parameters inside a site, WAN or split parameters across.
 
-The layout is the one of the MPI5000 evaluation (seed 000 §10.2) and of
+The layout is the one of the MPI5000 evaluation (Alter and Glück §10.2) and of
 `gridsplit bench gather`: rank 0 (the root) alone on one site, ranks 1..n on
 another. Every message between the sites crosses the WAN either directly
 (`wan` parameters) or through the two gateways (`split` parameters, measured
 with libgridsplit.so preloaded, so they include both relays); messages inside
-the remote site use `lan` parameters. Each formula is the seed 002 one
+the remote site use `lan` parameters. Each formula is the Barchet-Estefanel and Mounié one
 (Tables 1-3) with the parameters of the hop it describes:
 
 * flat broadcast (Table 1 l.1): every message crosses, n g_X(m) + L_X;
@@ -68,7 +68,7 @@ def fit_kappa(points: list[tuple[float, float, float]]) -> float:
     `points` are (A, B, T) with B the (n-1) later senders' part of the flat
     gather (gather_parts): convergence is what a lone sender never meets.
     This is Clement and Steed's congestion factor (T = l + b gamma / W), which
-    seed 002 §5 cites: n senders converging on one root port lose packets that
+    Barchet-Estefanel and Mounié §5 cites: n senders converging on one root port lose packets that
     pLogP, measured one pair at a time, never sees (the MPI5000 phenomenon).
     """
     num = sum(b * (t - lat) / (t * t) for lat, b, t in points if t > 0)
@@ -85,7 +85,7 @@ def bench_gather(lan: PLogP, x: PLogP, n: int, m: int, kappa: float = 1.0) -> fl
     """One iteration of `gridsplit bench gather` (mpi/gather.c) as the root times it:
     a barrier, then the flat gather.
 
-    The root's clock starts before the barrier (seed 000's listing). Whatever the
+    The root's clock starts before the barrier (Alter and Glück's listing). Whatever the
     barrier's algorithm, no sender leaves it before a message from the root's
     site has reached it, one cross-site latency after the root entered, and its
     data takes another to come back: x.L + gather_congested(). The barrier's

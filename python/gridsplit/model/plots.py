@@ -1,4 +1,4 @@
-"""Figures in the manner of seed 002: Fig. 1 (pLogP parameters) and Figs. 2-10 (measured vs predicted).
+"""Figures in the manner of Barchet-Estefanel and Mounié: Fig. 1 (pLogP parameters) and Figs. 2-10 (measured vs predicted).
 
 All figures are PNGs drawn with matplotlib's Agg backend (no display needed),
 from the JSON the model commands save, so they can be redrawn without a lab.
@@ -21,7 +21,7 @@ COLORS = {"os": "tab:blue", "or": "tab:orange", "g": "tab:green"}
 
 
 def fig1_plogp(ps: ParamSet, out: Path) -> Path:
-    """Seed 002 Fig. 1: os(m), or(m), g(m) against m, one panel per path, log-log."""
+    """Barchet-Estefanel and Mounié Fig. 1: os(m), or(m), g(m) against m, one panel per path, log-log."""
     kinds = list(ps.paths)
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.2), squeeze=False)
     for ax, k in zip(axes[0], kinds):
@@ -96,7 +96,7 @@ def _by_procs(rows, algo, title, out):
 
 
 def validation_figures(result: dict[str, Any], outdir: Path) -> list[Path]:
-    """Figs. 2-10 of seed 002 redrawn from a validation result, plus the grid figures."""
+    """Figs. 2-10 of Barchet-Estefanel and Mounié redrawn from a validation result, plus the grid figures."""
     rows = result["lan"]["points"]
     tag = f"{result['meta'].get('impl', '?')}, lab {result['meta'].get('topology', {}).get('name', '?')}"
     made = []

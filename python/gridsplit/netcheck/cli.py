@@ -46,7 +46,7 @@ def _streams(spec: str) -> tuple[int, ...]:
               help="Congestion control for the tests (default: each host's own).")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="iperf3 port [5201, or the hosts file's].")
 @click.option("--png", metavar="DIR", help="Write heatmaps and the grid as PNG files into DIR.")
-@click.option("--reference", metavar="DIR", help="Seed 001's g5k_*.csv tables, drawn beside ours in the heatmaps.")
+@click.option("--reference", metavar="DIR", help="Guillier et al. 2006's g5k_*.csv tables, drawn beside ours in the heatmaps.")
 @click.option("--iperf-args", default="", metavar="ARGS", help="Extra iperf3 client arguments, e.g. \"-l 64K -Z\".")
 @click.option("--keep-raw", metavar="DIR", help="Also keep every raw iperf3 JSON (with its context) in DIR.")
 @click.option("--details", type=int, default=8, show_default=True, help="How many per-flow diagnoses to print.")

@@ -3,16 +3,16 @@
 No I/O here, so the rules are tested on recorded iperf3 output (tests/data/netcheck).
 A cell's verdict is one of:
 
-- ok: the flow reached `ok` (default 80 %, seed 004's "G > 80 % of C") of the
+- ok: the flow reached `ok` (default 80 %, Primet 2006's "G > 80 % of C") of the
   goodput the path's capacity allows;
-- window-limited: seed 004's "insufficient buffer size signature". The bytes in
+- window-limited: Primet 2006's "insufficient buffer size signature". The bytes in
   flight (goodput x smoothed RTT) sit at the buffer maximum of one end while
   the path's bandwidth-delay product is larger, and loss does not explain the
   shortfall: throughput ~ buffer / RTT;
 - loss-limited: retransmissions at a rate whose Mathis et al. bound,
   MSS / RTT x sqrt(3/2) / sqrt(p), is below what the path could carry;
 - host-limited: an iperf3 end used a whole CPU, or the flow sits at the
-  netdev_max_backlog x timer-rate ceiling of seed 001 §3 (backlog x HZ packets
+  netdev_max_backlog x timer-rate ceiling of Guillier et al. 2006 §3 (backlog x HZ packets
   of 1500 bytes per second);
 - unexplained: below `ok` with none of those signatures (cross traffic, a
   slower hop than the assumed capacity, an application-limited sender).
@@ -30,7 +30,7 @@ from ..lab.iperf import receiver_intervals_mbps
 
 MATHIS_C = math.sqrt(1.5)
 CPU_BOUND_PERCENT = 90.0          # an iperf3 process (one thread) this busy is the bottleneck
-BACKLOG_PACKET_BYTES = 1500       # seed 001 §3's average packet
+BACKLOG_PACKET_BYTES = 1500       # Guillier et al. 2006 §3's average packet
 # In-flight / buffer maximum between these bounds counts as "at the buffer":
 # Linux keeps part of each buffer for its own bookkeeping (tcp_adv_win_scale,
 # skb overhead), so a window-limited flow carries ~50-75 % of the maximum.
@@ -105,7 +105,7 @@ def least(key: str, *facts: dict[str, Any]) -> Any:
 
 
 def backlog_ceiling_mbps(backlog: int | None, hz: int | None) -> float | None:
-    """Seed 001 §3: at most backlog packets per timer tick, i.e. backlog x HZ x 1500 B per second."""
+    """Guillier et al. 2006 §3: at most backlog packets per timer tick, i.e. backlog x HZ x 1500 B per second."""
     if not backlog or not hz:
         return None
     return backlog * hz * BACKLOG_PACKET_BYTES * 8 / 1e6

@@ -1,6 +1,6 @@
 """Measuring the site matrix: targets, the per-pair procedure, and the report it builds.
 
-For every ordered site pair (source -> destination, as in seed 001's tables)
+For every ordered site pair (source -> destination, as in Guillier et al. 2006's tables)
 one representative host per site is measured, one pair at a time (concurrent
 tests would measure each other):
 
@@ -37,14 +37,14 @@ SCHEMA = "gridsplit.netcheck/1"
 # Bytes on the wire per TCP segment beyond its payload. The lab's tbf shapes
 # frames (lab check's FRAME_OVERHEAD); a real Ethernet link also carries
 # preamble, FCS and inter-frame gap (24 more: 1 GbE gives 941 Mb/s of TCP
-# goodput, seed 001 Table 1's footnote).
+# goodput, Guillier et al. 2006 Table 1's footnote).
 LAB_OVERHEAD = FRAME_OVERHEAD
 ETHERNET_OVERHEAD = FRAME_OVERHEAD + 24
 
 
 @dataclass
 class Settings:
-    count: int = 20                 # pings per pair (seed 001: 20)
+    count: int = 20                 # pings per pair (Guillier et al. 2006: 20)
     interval: float = 0.2
     duration: float = 5.0           # seconds measured per iperf3 test
     omit: int = 1                   # seconds of slow start left out

@@ -1,6 +1,6 @@
 """Showing a netcheck report: terminal matrices, a MaDDash-like grid, advice, heatmap PNGs.
 
-Matrices are laid out as in seed 001 Tables 1-3: one row per destination, one
+Matrices are laid out as in Guillier et al. 2006 Tables 1-3: one row per destination, one
 column per source. Throughput is TCP goodput in Mb/s as iperf3 reports it
 (receiver side). The seed's own tables can be drawn beside ours (--reference,
 the g5k_*.csv files), mapped by site name.
@@ -171,7 +171,7 @@ def render(report: dict[str, Any], con, details: int = 8) -> None:
 
 
 def read_reference(directory: str) -> dict[str, dict[tuple[str, str], float]]:
-    """Seed 001's tables from g5k_*.csv (row = destination, column = source), keyed (src, dst)."""
+    """Guillier et al. 2006's tables from g5k_*.csv (row = destination, column = source), keyed (src, dst)."""
     out = {}
     for key, name in (("rtt", "g5k_rtt_ms.csv"), ("untuned", "g5k_throughput_untuned_mbps.csv"),
                       ("tuned", "g5k_throughput_tuned_mbps.csv")):

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 from ..errors import GridsplitError
 
 # The sysctls netcheck reads on every host: the buffer limits behind the
-# wizard gap, the congestion control, and the backlog of seed 001 §3.
+# wizard gap, the congestion control, and the backlog of Guillier et al. 2006 §3.
 SYSCTLS = ("net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
            "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_available_congestion_control",
            "net.core.netdev_max_backlog", "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_sack")

