@@ -154,10 +154,8 @@ pub fn host_tcp() -> HostTcp {
 /// messages never grows its window (it is application-limited), so with the
 /// defaults (200 % in slow start, 120 % after) a fresh link of 10 segments at
 /// 10 ms spaces its packets about 0.5 ms apart: four senders' 1 KB messages
-/// that reach the gateway together leave it over 1.5 ms. Measured in the lab
-/// (results/bench/2026-11-22-wan-pacing-ratio-ab): 4 × 1 KB gathers 12.9 ms split
-/// against 11.3 direct, and 11.8 with the ratios at 1000 %. Bulk transfers still
-/// run at the cap.
+/// that reach the gateway together leave it over 1.5 ms; at 1000 % they do not
+/// (measured: docs/design/wan-pacing.md). Bulk transfers still run at the cap.
 pub fn host_advice(h: &HostTcp, paced: bool) -> Vec<String> {
     let mut out = Vec::new();
     if h.slow_start_after_idle == Some(1) {

@@ -11,77 +11,43 @@
 //! buffer plus the LAN's bandwidth-delay product) among the open LAN sockets and
 //! clamps each one's advertised window to its share with TCP_WINDOW_CLAMP.
 //!
-//! A flow's share is normally whole segments, at least one: a Linux sender
-//! does not send a segment larger than the window, so a window under its
-//! segment size stops it until a zero-window probe (200 ms and more) gets an
-//! answer. One segment is enough to keep a flow moving: the gateway reads at
-//! once, and the window update leaves with the next ACK. Measured on the paper
-//! grid (budget 23.6 KB, so up to 16 flows at one segment; Open MPI, 3
-//! alternating rounds, split/direct medians), a floor of one segment against
-//! two: 12 x 10K 0.89 vs 1.41, 12 x 100K 0.86 vs 1.41, 16 x 100K 0.78 vs 1.10,
-//! 1 MB 0.96-0.97 vs 0.91-0.94 (results/bench/2026-11-22-incast-floor-ab).
+//! The rules, each with its reason (measurements: docs/design/incast-windows.md):
 //!
-//! With more flows than whole segments fit, shares go below a segment where
-//! the sender can still use them. A Linux sender's segment size is at most
-//! half the widest window it has ever been offered (tcp_bound_to_half_wnd), so
-//! a flow that was never offered more than 2w bytes sends segments of at most
-//! w and can use a window of w. The gateway host offers new LAN connections one
-//! segment (`initrwnd 1`, docs/deployment.md), so a flow that has carried
-//! little data is such a "narrow" flow: 20 senders of the paper grid send
-//! 768-byte segments into 1152-byte windows (1152 is also the smallest window
-//! Linux clamps to), each window filled by one such segment and a 384-byte
-//! one; `ss` on the nodes counts 575 bytes per data segment. The
-//! registry follows each socket's widest offer (tcp_info's rcv_ssthresh and
-//! rcv_wnd); "wide" flows keep one whole segment and the narrow ones share
-//! what is left (`divide`). So that flows stay narrow while a job starts (and
-//! few flows are open, so shares are wide), a socket is offered at most
-//! YOUNG_WINDOW until it has carried YOUNG_BYTES. A/B at 20 senders, where the
-//! clamps used to be lifted: no local timeouts, 10K gathers 4.7x and 100K 1.6x
-//! faster, 1 MB about 5 % slower (twice the packets);
-//! results/bench/2026-11-22-submss-ab.
-//!
-//! Narrow flows cost packets where whole segments fit too: a one-segment
-//! share of 1448 bytes is offered as 1536 (the window unit), and a flow never
-//! offered more sends 768-byte segments, two per window. So once a socket has
-//! carried YOUNG_BYTES (its job's flows are then open), a narrow flow with a
-//! whole-segment share is offered two segments while the budget has room for
-//! the second (`divide`, one flow at a time); from then on it sends full
-//! segments and is back to its share. A/B at 12 senders, medians of 3 against
-//! 8 runs: the receiving gateway's CPU 28-31 % -> 16-19 % of a core, gather
-//! times within their spread (100K 146 -> 153 ms, 1M 1121 -> 1112 ms); 20
-//! senders, where no whole segment fits, unchanged
-//! (results/bench/2026-11-23-lan-mss-ab).
-//!
-//! A wide flow still sends two frames per one-segment window: Linux rounds
-//! the window up to its unit (1448 -> 1536 with a scale of 7), and the sender
-//! fills it with a full segment and an 88-byte one (tcpdump at 12 senders;
-//! results/bench/2026-11-23-frames). Offering LAN senders an MSS that fills
-//! whole units (1408) halved the frames, but alone made 12 x 10K gathers 1.7
-//! times slower: a full segment behind a small unacknowledged message waited
-//! for the delayed ACK. With LAN delayed ACKs capped too, five side-by-side
-//! rounds showed no gather faster and no CPU saved, so neither is done here
-//! (results/bench/2026-11-23-lan-mss-aligned/on-main).
-//!
-//! When not even that fits, no division fits the port. Without sub-segment
-//! shares the clamps are lifted (to `ceiling`): windows that do not fit did
-//! worse than none there (two segments at 12 flows, before the floor was
-//! lowered), each loss a tail loss that only a timeout recovers. With them,
-//! each flow keeps the smallest window it can use, one segment if it is wide
-//! and the kernel's smallest window if narrow. Lifting was worse there: at 20
-//! senders with Open MPI's eager limit raised to 1 MiB, flows that carried a
-//! whole message while young came out wide, enough of them overcommitted the
-//! budget, the lifted windows grew to rmem_max and made every flow wide for
-//! good; 5 of 6 runs had 36-53 local timeouts. Keeping the clamps: 6 of 6
-//! runs without one, default-setting gathers unchanged
-//! (results/bench/2026-11-23-overcommit-ab).
+//! * A share is normally whole segments, at least one: a Linux sender does not
+//!   send a segment larger than the window, so a window under its segment size
+//!   stops it until a zero-window probe (200 ms and more) gets an answer. One
+//!   segment keeps a flow moving: the gateway reads at once, and the window
+//!   update leaves with the next ACK.
+//! * With more flows than whole segments fit, shares go below a segment where
+//!   the sender can still use them. A Linux sender's segment size is at most
+//!   half the widest window it has ever been offered (tcp_bound_to_half_wnd), so
+//!   a flow never offered more than 2w bytes sends segments of at most w and can
+//!   use a window of w. The gateway host offers new LAN connections one segment
+//!   (`initrwnd 1`, docs/deployment.md), so a flow that has carried little data
+//!   is such a "narrow" flow. The registry follows each socket's widest offer
+//!   (tcp_info's rcv_ssthresh and rcv_wnd); "wide" flows keep one whole segment
+//!   and the narrow ones share what is left (`divide`). So that flows stay
+//!   narrow while a job starts (few flows are open, so shares are wide), a
+//!   socket is offered at most YOUNG_WINDOW until it has carried YOUNG_BYTES.
+//! * Narrow flows cost packets where whole segments fit too: a flow never
+//!   offered two segments sends half-size ones, two per window. So once a socket
+//!   has carried YOUNG_BYTES (its job's flows are then open), a narrow flow with
+//!   a whole-segment share is offered two segments while the budget has room for
+//!   the second (`divide`, one flow at a time); from then on it sends full
+//!   segments and is back to its share.
+//! * When not even that fits, no division fits the port. Each flow keeps the
+//!   smallest window it can use, one segment if it is wide and the kernel's
+//!   smallest window if narrow, rather than having its clamp lifted: lifted
+//!   windows grow to rmem_max and make every flow wide for good. (Without
+//!   sub-segment shares the clamps are lifted to `ceiling`.)
 //!
 //! The other direction has a milder form of the problem: what the gateway writes
 //! to a LAN host leaves its NIC in bursts that pile up in the host's switch port.
 //! With `rate_bps` (the hosts' port rate) each LAN socket is paced at that rate
 //! (SO_MAX_PACING_RATE, which Linux TCP honours without the fq qdisc). It is not
 //! divided among the sockets to one host: a gather's flows end at different
-//! times, and a static division left the last ones crawling at a fraction of the
-//! port (paper grid, 12 senders, 1 MB: split efficiency 0.93 -> 0.64).
+//! times, and a static division leaves the last ones crawling at a fraction of
+//! the port (docs/design/lan-legs.md).
 //!
 //! The registry keeps weak references, so a socket that closes (and whose file
 //! descriptor number may be reused at once) is never touched again.
@@ -345,9 +311,8 @@ impl LanWindows {
 
     /// Re-divides every TICK while the gateway runs: clamps drift (see `clamp`)
     /// and flows widen as they carry data. Costs two getsockopt calls per socket
-    /// per tick (tcp_info and the clamp); a tick that read only the clamps and
-    /// divided only when something changed measured within 1-2 points of a core
-    /// of it (results/bench/2026-11-22-incast-tick-ab).
+    /// per tick (tcp_info and the clamp); a cheaper tick saved no measurable CPU
+    /// (docs/design/incast-windows.md).
     pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
         if self.budget == 0 {
             return;
@@ -460,9 +425,8 @@ fn window_clamp(s: &TcpStream) -> std::io::Result<usize> {
 /// only the share, so that no ratio change offers the flow twice its share
 /// and widens its segments for good: a young socket may yet need a share
 /// under one segment once all of a job's flows are open (see the module
-/// comment). Holding young sockets to it too kept 20 senders narrow, where a
-/// roomy buffer for them cost 20 x 10K and 20 x 1M runs 17-110 local timeouts
-/// each (results/bench/2026-11-23-lan-mss-ab).
+/// comment). Holding young sockets to it too keeps many senders narrow; a
+/// roomy buffer for them cost local timeouts (docs/design/incast-windows.md).
 fn clamp(s: &TcpStream, share: usize, roomy: bool) -> std::io::Result<()> {
     use crate::tune::setsockopt_raw;
     let as_int = |v: usize| v.min(i32::MAX as usize / 2) as libc::c_int;
