@@ -285,6 +285,13 @@ def test_bench_refuses_to_resume_a_file_of_another_rank_env(tmp_path):
     assert "Traceback" not in cp.stderr
 
 
+def test_bench_outage_rejects_bad_flags_in_one_line():
+    for args, msg in ((["--blackouts", "5,x"], "whole numbers of seconds"), (["--blackouts", "-5"], "0 or more"),
+                      (["--repeat", "0"], "repeat"), (["--impl", "lam"], "lam")):
+        cp = gridsplit("bench", "outage", *args, check=False)
+        assert cp.returncode == 2 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+
+
 def test_bench_rejects_bad_flags_in_one_line():
     for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "'0' is not a node count"),
                       (["-n", "4,x"], "'x' is not a node count"),

@@ -112,3 +112,25 @@ def test_a_blackout_past_the_outage_limit_ends_the_job_with_an_error(outage_lab)
     print(f"ranks ended {min(lost):.1f}-{max(lost):.1f} s into the blackout (outage_limit_s {LIMIT_S}), "
           f"the job {took:.1f} s (blackout {blackout_s} s), exit {job.returncode}")
     gridsplit("lab", "fault", "clear")
+
+
+def test_a_killed_gateway_ends_the_job_with_an_error(outage_lab):
+    """A gateway process that dies cannot resume: its LAN legs are reset by its
+    kernel (SO_LINGER 0 while relaying), the other gateway ends the session when
+    the dead one refuses its SYN, and every rank ends itself; no hang."""
+    job = start_job(reps=100000, timeout=200)
+    time.sleep(3.0)
+    assert job.poll() is None, "the job ended before the gateway was killed"
+    t0 = time.monotonic()
+    gridsplit("lab", "fault", "kill-gateway", "--site", "west", "--restart-after", "20", "--background")
+    try:
+        out, err = job.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        out, err = job.communicate()
+        pytest.fail(f"the job still ran 30 s after its west gateway was killed:\n{err[-3000:]}")
+    took = time.monotonic() - t0
+    assert job.returncode != 0, f"the job 'succeeded' without its gateway:\n{err}"
+    assert "status 75" in err, err[-3000:]
+    print(f"job ended {took:.1f} s after the west gateway was killed, exit {job.returncode}")
+    gridsplit("lab", "fault", "clear")

@@ -92,6 +92,7 @@ BAD = [
     (GOOD.replace('nodes = 1\n[[site]]', 'nodes = 1\n[site.tcp]\ncongestion = "bic"\n[[site]]', 1), "site[0].tcp.congestion: must be one of cubic, reno, bbr"),
     (GOOD + '[gateways]\nlan_tuning = "yes"\n', "gateways.lan_tuning: must be true or false"),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
+    (GOOD + '[gateways]\noutage_limit_s = 0.5\n', "gateways.outage_limit_s: must be ≥ 1"),
 ]
 
 

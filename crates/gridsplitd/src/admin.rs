@@ -143,32 +143,33 @@ pub fn prometheus(shared: &Shared) -> String {
         let up = links.iter().any(|l| l.peer == p.name && l.is_up()) as u8;
         let _ = writeln!(out, "gridsplit_link_up{{peer=\"{}\"}} {up}", p.name);
     }
-    let _ = writeln!(out, "# HELP gridsplit_link_down_seconds seconds the peer's session has been without a connection (0 when up)\n# TYPE gridsplit_link_down_seconds gauge");
-    for l in &links {
-        let d = l.status().down_seconds.unwrap_or(0.0);
-        let _ = writeln!(
-            out,
-            "gridsplit_link_down_seconds{{peer=\"{}\"}} {d:.3}",
-            l.peer
-        );
-    }
-    let _ = writeln!(out, "# HELP gridsplit_link_reconnects_total connections that resumed the peer's session\n# TYPE gridsplit_link_reconnects_total counter");
-    for l in &links {
-        let _ = writeln!(
-            out,
-            "gridsplit_link_reconnects_total{{peer=\"{}\"}} {}",
-            l.peer,
-            l.reconnects.load(Ordering::Relaxed)
-        );
-    }
-    let _ = writeln!(out, "# HELP gridsplit_link_bytes_replayed_total bytes sent again after a reconnect\n# TYPE gridsplit_link_bytes_replayed_total counter");
-    for l in &links {
-        let _ = writeln!(
-            out,
-            "gridsplit_link_bytes_replayed_total{{peer=\"{}\"}} {}",
-            l.peer,
-            l.bytes_replayed.load(Ordering::Relaxed)
-        );
+    // Per-link session gauges and counters: (name, type, help, value).
+    type PerLink = fn(&crate::link::Link) -> String;
+    let per_link: [(&str, &str, &str, PerLink); 3] = [
+        (
+            "gridsplit_link_down_seconds",
+            "gauge",
+            "seconds the peer's session has been without a connection (0 when up)",
+            |l| format!("{:.3}", l.status().down_seconds.unwrap_or(0.0)),
+        ),
+        (
+            "gridsplit_link_reconnects_total",
+            "counter",
+            "connections that resumed the peer's session",
+            |l| l.reconnects.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "gridsplit_link_bytes_replayed_total",
+            "counter",
+            "bytes sent again after a reconnect",
+            |l| l.bytes_replayed.load(Ordering::Relaxed).to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in per_link {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for l in &links {
+            let _ = writeln!(out, "{name}{{peer=\"{}\"}} {}", l.peer, value(l));
+        }
     }
     let held: usize = links
         .iter()

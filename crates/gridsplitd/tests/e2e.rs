@@ -36,36 +36,10 @@ async fn many_flows(k: u8, strategy: &'static str, n: usize, max: usize) {
             (pick(p[0], p[1]), pick(p[2], p[3]) - 8)
         })
         .collect();
-    let sizes = std::sync::Arc::new(sizes);
-    let la = TcpListener::bind(addr(k, 1, 20, 5000)).await.unwrap();
-    let lb = TcpListener::bind(addr(k, 2, 20, 5000)).await.unwrap();
-    let to_b: Vec<usize> = (0..n).filter(|i| i % 2 == 0).collect();
-    let to_a: Vec<usize> = (0..n).filter(|i| i % 2 == 1).collect();
-    let sb = tokio::spawn(serve(lb, to_b.len(), sizes.clone(), 1, k));
-    let sa = tokio::spawn(serve(la, to_a.len(), sizes.clone(), 2, k));
-    let mut clients = Vec::new();
-    for i in 0..n {
-        let (from, dst) = if i % 2 == 0 {
-            (1, addr(k, 2, 20, 5000))
-        } else {
-            (2, addr(k, 1, 20, 5000))
-        };
-        let (up, down) = sizes[i];
-        clients.push(tokio::spawn(flow(
-            k,
-            from,
-            10 + (i % 50) as u8,
-            dst,
-            i as u64,
-            up,
-            down,
-        )));
-    }
-    for c in clients {
-        c.await.unwrap();
-    }
-    sa.await.unwrap();
-    sb.await.unwrap();
+    start_flows(k, std::sync::Arc::new(sizes))
+        .await
+        .await
+        .unwrap();
     let m = &a.shared.metrics;
     assert_eq!(
         m.flows_opened.load(Ordering::Relaxed)

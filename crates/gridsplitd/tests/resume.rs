@@ -36,29 +36,7 @@ async fn killing_the_wan_connection_mid_transfer_loses_no_byte() {
             })
             .collect();
         let sizes = std::sync::Arc::new(sizes);
-        let la = TcpListener::bind(addr(k, 1, 20, 5000)).await.unwrap();
-        let lb = TcpListener::bind(addr(k, 2, 20, 5000)).await.unwrap();
-        let to_b = (0..n).filter(|i| i % 2 == 0).count();
-        let sb = tokio::spawn(serve(lb, to_b, sizes.clone(), 1, k));
-        let sa = tokio::spawn(serve(la, n - to_b, sizes.clone(), 2, k));
-        let mut clients = Vec::new();
-        for i in 0..n {
-            let (from, dst) = if i % 2 == 0 {
-                (1, addr(k, 2, 20, 5000))
-            } else {
-                (2, addr(k, 1, 20, 5000))
-            };
-            let (up, down) = sizes[i];
-            clients.push(tokio::spawn(flow(
-                k,
-                from,
-                10 + (i % 50) as u8,
-                dst,
-                i as u64,
-                up,
-                down,
-            )));
-        }
+        let all = start_flows(k, sizes.clone()).await;
         // Kill the connection while data moves, at about a tenth, a third and
         // a half of the bytes: from alpha (the dialer), from beta, then from
         // alpha again.
@@ -80,11 +58,7 @@ async fn killing_the_wan_connection_mid_transfer_loses_no_byte() {
             wait_link(&a, "beta").await;
             wait_link(&b, "alpha").await;
         }
-        for c in clients {
-            c.await.unwrap();
-        }
-        sa.await.unwrap();
-        sb.await.unwrap();
+        all.await.unwrap();
         let (ma, mb) = (&a.shared.metrics, &b.shared.metrics);
         assert_eq!(
             ma.wan_reconnects.load(Ordering::Relaxed),
@@ -146,15 +120,7 @@ async fn a_link_down_past_the_outage_limit_resets_its_flows() {
         };
         let (a, b) = pair(k, &o).await;
         let l = TcpListener::bind(addr(k, 1, 20, 5000)).await.unwrap();
-        let server = tokio::spawn(async move {
-            let (mut s, _, _) = accept_relayed(&l).await;
-            let mut buf = vec![0u8; 65536];
-            while let Ok(n) = s.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-            }
-        });
+        let server = sink(l);
         let (mut c, st) = gs_connect(
             ip(k, 2, 10),
             addr(k, 2, 254, LAN_PORT),
@@ -289,4 +255,100 @@ async fn a_peer_on_the_old_protocol_is_refused() {
     })
     .await
     .expect("timed out");
+}
+
+/// An ACK beyond what was ever sent closes that connection only: the session
+/// is held, as in an outage, and the same peer resumes it on a new connection.
+/// A resume whose received count is beyond what beta sent is refused, and the
+/// session starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_out_of_range_closes_the_connection_and_the_session_resumes() {
+    use gridsplitd::transfer::{tcp::TcpConn, WanConn};
+    use gridsplitd::wire::Frame;
+    within(30, async {
+        let k = 44;
+        let o = Opts::default();
+        let b = gateway(k, 2, PSK, &o).await;
+        // We play alpha by hand, with the right key.
+        let dial = || async {
+            let (mut conn, _) = TcpConn::connect(
+                Some(ip(k, 1, 254)),
+                addr(k, 2, 254, WAN_PORT),
+                &gridsplitd::config::WanParams::default(),
+                65536,
+                Duration::from_secs(2),
+            )
+            .await
+            .unwrap();
+            gridsplitd::auth::handshake(
+                &mut conn,
+                PSK,
+                "alpha",
+                65536,
+                |s| s == "beta",
+                Duration::from_secs(2),
+            )
+            .await
+            .unwrap();
+            conn
+        };
+        let mut conn = dial().await;
+        assert!(!session(&mut conn, 0, false).await, "a new session");
+        wait_link(&b, "alpha").await;
+        conn.send_frame(&Frame::Ack { received: 1 << 40 })
+            .await
+            .unwrap();
+        let closed = within(5, async { while conn.recv_frame().await.is_ok() {} }).await;
+        assert!(closed.is_ok(), "the connection stayed open");
+        let link = b.shared.link_to("alpha").expect("the session is held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(link.status().state, "reconnecting");
+        assert_eq!(
+            b.shared.metrics.wan_protocol_errors.load(Ordering::Relaxed),
+            0
+        );
+        // The same session resumes on a new connection.
+        let mut conn = dial().await;
+        assert!(session(&mut conn, 0, true).await, "resumed");
+        wait_link(&b, "alpha").await;
+        assert_eq!(
+            b.shared
+                .link_to("alpha")
+                .unwrap()
+                .reconnects
+                .load(Ordering::Relaxed),
+            1
+        );
+        drop(conn);
+        // A resume claiming more than beta ever sent: refused, a new session.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut conn = dial().await;
+        assert!(!session(&mut conn, 1 << 40, true).await, "refused");
+        assert_eq!(b.shared.metrics.resume_refused.load(Ordering::Relaxed), 1);
+        b.stop().await;
+    })
+    .await
+    .expect("timed out");
+}
+
+/// Sends SESSION(0xabc, received, resume) as a dialer would; returns the
+/// acceptor's RESUME answer.
+async fn session(
+    conn: &mut gridsplitd::transfer::tcp::TcpConn,
+    received: u64,
+    resume: bool,
+) -> bool {
+    use gridsplitd::transfer::WanConn;
+    use gridsplitd::wire::Frame;
+    conn.send_frame(&Frame::Session {
+        session: 0xabc,
+        received,
+        resume,
+    })
+    .await
+    .unwrap();
+    match conn.recv_frame().await.unwrap() {
+        Frame::Session { resume, .. } => resume,
+        other => panic!("{other:?}"),
+    }
 }

@@ -114,14 +114,15 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
         return [*gridsplit, "lab", "mpirun", "--impl", impl, f"--{mode}", "--hosts", ",".join(nodes),
                 "--timeout", f"{timeout:g}", "--", str(prog), "-o", op, "-s", str(nbytes), "-r", str(reps), "--check"]
 
-    # Calibrate the repetitions to --job-seconds on the slower mode.
-    per_rep = 0.0
+    # Calibrate the repetitions to --job-seconds on the faster mode, so that a
+    # blackout at --at falls inside the job in both modes.
+    per_rep = float("inf")
     for mode in ("direct", "split"):
         code, took, text = _run(job(mode, 20, 120), 180)
         if code != 0:
             raise GridsplitError(f"the undisturbed {mode} calibration job failed (exit {code}): "
                                  f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}")
-        per_rep = max(per_rep, took / 20)
+        per_rep = min(per_rep, took / 20)
     reps = max(20, int(job_seconds / per_rep))
     out.print(f"outage bench: {impl} {op} {size} on {len(nodes)} nodes of {pair}, {reps} repetitions "
               f"(about {job_seconds:g} s undisturbed), blackouts {lengths} s at +{at_s:g} s, {repeat} round(s)")
@@ -142,10 +143,13 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
                     t0 = time.monotonic()
                     p = subprocess.Popen(p_cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          start_new_session=True)
+                    fault_at = None
                     if length:
                         time.sleep(at_s)
                         subprocess.run([*gridsplit, "lab", "fault", "blackout", "--pair", pair, "--seconds",
                                         str(length), "--background"], check=True, capture_output=True, text=True)
+                        # In force from about here (the command returns once the routes are in).
+                        fault_at = round(time.monotonic() - t0, 2)
                     try:
                         text, _ = p.communicate(timeout=limit + 30)
                         code: int | None = p.returncode
@@ -156,7 +160,7 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
                     took = time.monotonic() - t0
                     if length:
                         # The next run starts on a clean path, whatever this one did.
-                        rest = at_s + length - took
+                        rest = (fault_at or at_s) + length - took
                         if rest > 0:
                             time.sleep(rest + 1)
                         subprocess.run([*gridsplit, "lab", "fault", "clear"], capture_output=True, text=True)
@@ -164,7 +168,8 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
                     delta = {s: {k: after[s][k] - before[s][k] for k in after[s]} for s in (a, b)}
                     row = {"kind": KIND, "row": "run", "mode": mode, "blackout_s": length, "round": rnd,
                            "exit": code, "completed": code == 0, "verified": code == 0 and "mismatch" not in text,
-                           "wall_s": round(took, 3), "gateways": delta,
+                           "wall_s": round(took, 3), "fault_at_s": fault_at,
+                           "inside": fault_at is not None and fault_at < took, "gateways": delta,
                            "tail": text.strip().splitlines()[-3:] if code != 0 else []}
                     rows.append(row)
                     f.write(json.dumps(row) + "\n")
@@ -196,3 +201,6 @@ def summarize(rows: list[dict], out) -> None:
                       str(sum(g["wan_reconnects"] for g in gw)), str(sum(g["flows_reset"] for g in gw)))
     out.print(t)
     out.print("time lost = median wall time − the mode's undisturbed median − the blackout itself")
+    outside = [r for r in rows if r["blackout_s"] and not r.get("inside", True)]
+    if outside:
+        out.print(f"[yellow]{len(outside)} run(s) ended before their blackout began: make --job-seconds longer[/yellow]")

@@ -310,3 +310,56 @@ pub async fn flow(
         "flow {seed}: reply bytes"
     );
 }
+
+/// Starts flow i of `sizes` from alpha to beta (even i) or beta to alpha (odd
+/// i), each checked at both ends (`serve`, `flow`); the handle completes when
+/// every client and server is done.
+pub async fn start_flows(
+    k: u8,
+    sizes: std::sync::Arc<Vec<(usize, usize)>>,
+) -> tokio::task::JoinHandle<()> {
+    let n = sizes.len();
+    let la = TcpListener::bind(addr(k, 1, 20, 5000)).await.unwrap();
+    let lb = TcpListener::bind(addr(k, 2, 20, 5000)).await.unwrap();
+    let to_b = (0..n).filter(|i| i % 2 == 0).count();
+    let sb = tokio::spawn(serve(lb, to_b, sizes.clone(), 1, k));
+    let sa = tokio::spawn(serve(la, n - to_b, sizes.clone(), 2, k));
+    let mut clients = Vec::new();
+    for i in 0..n {
+        let (from, dst) = if i % 2 == 0 {
+            (1, addr(k, 2, 20, 5000))
+        } else {
+            (2, addr(k, 1, 20, 5000))
+        };
+        let (up, down) = sizes[i];
+        clients.push(tokio::spawn(flow(
+            k,
+            from,
+            10 + (i % 50) as u8,
+            dst,
+            i as u64,
+            up,
+            down,
+        )));
+    }
+    tokio::spawn(async move {
+        for c in clients {
+            c.await.unwrap();
+        }
+        sa.await.unwrap();
+        sb.await.unwrap();
+    })
+}
+
+/// A destination that accepts one relayed connection and reads it to its end.
+pub fn sink(l: TcpListener) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let (mut s, _, _) = accept_relayed(&l).await;
+        let mut buf = vec![0u8; 65536];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+}
