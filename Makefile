@@ -38,17 +38,17 @@ build: deps
 	@if [ -f preload/Makefile ]; then $(MAKE) --no-print-directory -C preload all; fi
 
 demo: build
-	$(call step,demo: the paper's platform (seed 000 §10.2, scaled 10x) on this machine)
+	$(call step,demo: the paper's platform (MPI5000, Alter and Glück §10.2, scaled 10x) on this machine)
 	gridsplit lab down
 	gridsplit lab up --topology paper --nodes 8
 	$(call step,demo: lab fidelity check)
 	@gridsplit lab check || echo "WARNING: the lab missed a fidelity bound on this run (see above); numbers below are less trustworthy"
-	$(call step,demo: a reduced gather sweep (seed 000 §10): MPI gathers from 4 and 8 bordeaux nodes to the sophia root, direct vs split)
+	$(call step,demo: a reduced gather sweep (MPI5000 §10): MPI gathers from 4 and 8 bordeaux nodes to the sophia root, direct vs split)
 	rm -f build/demo/gather.jsonl
 	gridsplit bench gather --topology paper --nodes 4,8 --sizes 1K,100K,1M --impl openmpi --reps 50 --budget 3 \
 	  --out build/demo/gather.jsonl
 	@echo; echo "The lab stays up: gridsplit lab status | gridsplit lab exec HOST -- CMD | gridsplit lab down"
-	@echo "The full sweep: gridsplit bench gather --repeat 3 (see README, 'Benchmarks')"
+	@echo "The full sweep: gridsplit bench gather --repeat 3 (see docs/bench.md)"
 
 test: build
 	$(call step,tests: Rust)

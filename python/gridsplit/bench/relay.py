@@ -1,6 +1,6 @@
 """Relay benchmark: gridsplitd against HAProxy and a direct connection, in one run.
 
-    python3 -m gridsplit.bench.relay [--out results/relay] [--repeat 5] [--seconds 5]
+    python3 -m gridsplit.bench.relay [--out gridsplit-out/relay] [--repeat 5] [--seconds 5]
 
 On loopback only (127.0.0.0/8) it builds three chains from the same client to the
 same kind of server, plus a reference, and measures them interleaved, K times over:
@@ -701,7 +701,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
 
 
 @click.command("relay")
-@click.option("--out", type=click.Path(path_type=Path), default=ROOT / "results/relay", show_default=True,
+@click.option("--out", type=click.Path(path_type=Path), default=Path("gridsplit-out/relay"), show_default=True,
               help="Directory for YYYY-MM-DD-HOSTNAME.{json,md}.")
 @click.option("--repeat", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Interleaved repeats of every measurement.")

@@ -711,7 +711,7 @@ def make_command(op: str) -> click.Command:
                   help="Verify every received payload (costs CPU outside the timed region).")
     @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="JSONL result file (appended; existing points are skipped, so a sweep resumes). "
-                       "Default: results/bench/DATE-TOPOLOGY-OP.jsonl")
+                       "Default: gridsplit-out/bench/DATE-TOPOLOGY-OP.jsonl (under the current directory).")
     @click.option("--report/--no-report", "make_report", default=True, show_default=True,
                   help="Write the HTML report next to the result file at the end.")
     def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, rank_env, check,
@@ -721,7 +721,7 @@ def make_command(op: str) -> click.Command:
         # must still stop its MPI job and remove its trace instance.
         signal.signal(signal.SIGTERM, _interrupt)
         if out is None:
-            out = Path("results/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
+            out = Path("gridsplit-out/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
                      strategies or [None], ccs or [None], out, check, con,
                      tuple(i == "on" for i in lans) if lans else (None,), rank_env)

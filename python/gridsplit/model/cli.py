@@ -22,7 +22,8 @@ from ..bench.units import fmt_size, parse_size
 from ..errors import GridsplitError
 from ..sysdeps import repo_root
 
-OUTDIR = Path("results/model")
+# Outputs go under the current directory, never into the source tree.
+OUTDIR = Path("gridsplit-out/model")
 
 
 def _con():
@@ -88,7 +89,7 @@ def model() -> None:
 @click.option("--refine", type=click.FloatRange(0, 10), default=0.10, show_default=True,
               help="Add a midpoint where interpolation is off by more than this (0: no refinement).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Parameter file to write [results/model/plogp-DATE-TOPOLOGY-IMPL.json].")
+              help="Parameter file to write [gridsplit-out/model/plogp-DATE-TOPOLOGY-IMPL.json].")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Also draw Fig. 1 next to the file.")
 @click.option("--sizes", "extra", default="", help="Sizes to measure exactly besides the powers of four (e.g. the ones you will predict).")
 def measure(impl: str, pairs: str, max_size: str, ci: float, reps: int, refine: float, out: str | None, plot: bool,
@@ -162,7 +163,7 @@ def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, 
 @model.command()
 @click.option("--impl", type=click.Choice(["openmpi", "mpich"]), default="openmpi", show_default=True)
 @click.option("--params", type=click.Path(dir_okay=False), default=None,
-              help="Parameter file measured on this lab [with --measure: measured now; else the newest results/model/plogp-*-TOPOLOGY-IMPL.json].")
+              help="Parameter file measured on this lab [with --measure: measured now; else the newest gridsplit-out/model/plogp-*-TOPOLOGY-IMPL.json].")
 @click.option("--measure", "do_measure", is_flag=True, help="Measure the pLogP parameters first (into the output directory).")
 @click.option("--procs", default="2,3,4", show_default=True, help="P values for the single-site part.")
 @click.option("--sizes", default="1K,4K,16K,64K,256K,1M", show_default=True)
@@ -172,7 +173,7 @@ def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, 
 @click.option("--modes", default="direct,split", show_default=True)
 @click.option("--bench", "bench_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="`gridsplit bench gather` JSONL files to score the gather model against [results/bench/*.jsonl].")
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Output directory [results/model/DATE-TOPOLOGY-IMPL].")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Output directory [gridsplit-out/model/DATE-TOPOLOGY-IMPL].")
 @click.option("--rescore", "rescore", type=click.Path(file_okay=False, exists=True), default=None,
               help="No lab: score the raw runs kept in DIR/validation.json again (with DIR/plogp.json unless --params, "
                    "and the --bench files), after a change to the models; rewrites DIR's report, summary and figures.")
