@@ -39,12 +39,14 @@ def test_idle_cpus_poll_while_the_lab_is_up(lab):
     assert "/dev/cpu_dma_latency" in held, held
 
 
-def test_bad_idle_setting_is_one_line():
-    cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "up", "--topology", "mini"], text=True,
-                        capture_output=True, env={**os.environ, "GRIDSPLIT_LAB_IDLE": "sometimes",
-                                                  "GRIDSPLIT_LAB_PREFIX": "gstx"})
+def test_bad_lab_setting_is_one_line(tmp_path):
+    mini = (Path(__file__).resolve().parent.parent / "python/gridsplit/presets/mini.toml").read_text()
+    topo = tmp_path / "bad-idle.toml"
+    topo.write_text(mini + '[lab]\nidle = "sometimes"\n')
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "up", "--topology", str(topo)], text=True,
+                        capture_output=True, env={**os.environ, "GRIDSPLIT_LAB_PREFIX": "gstx"})
     assert cp.returncode == 2 and "Traceback" not in cp.stderr, cp.stderr
-    assert "GRIDSPLIT_LAB_IDLE='sometimes': give 'poll' (the default) or 'halt'" in cp.stderr, cp.stderr
+    assert "lab.idle: must be one of poll, halt, got 'sometimes'" in cp.stderr, cp.stderr
 
 
 def test_second_up_is_refused(lab):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from gridsplit import sysdeps
 from gridsplit.errors import GridsplitError
 from gridsplit.lab import realize
 from gridsplit.lab.names import LabNames
+from gridsplit.topology import LabSettings, load_topology
 
 
 def test_refuses_without_root(monkeypatch):
@@ -37,35 +41,26 @@ def test_bad_prefix():
         LabNames.from_env("Bad-Prefix")
 
 
-def test_lab_pacing_ratio_switch(monkeypatch):
-    """The gateway hosts' sysctls: gridsplit's by default, the kernel's pacing ratios on request, a clear refusal otherwise."""
-    monkeypatch.delenv("GRIDSPLIT_LAB_PACING_RATIO", raising=False)
-    tuned = realize.gateway_host_sysctls()
+def test_lab_switches_live_in_the_topology(tmp_path):
+    """The lab's measurement switches are `[lab]` keys of the topology, recorded with it."""
+    mini = (Path(__file__).resolve().parent.parent / "python/gridsplit/presets/mini.toml").read_text()
+    default = load_topology("mini")
+    assert default.lab == LabSettings()
+    tuned = realize.gateway_host_sysctls(default.lab)
     assert tuned["net.ipv4.tcp_pacing_ss_ratio"] == "1000" and tuned["net.ipv4.tcp_slow_start_after_idle"] == "0"
-    monkeypatch.setenv("GRIDSPLIT_LAB_PACING_RATIO", "kernel")
-    assert realize.gateway_host_sysctls() == {"net.ipv4.tcp_slow_start_after_idle": "0"}
-    monkeypatch.setenv("GRIDSPLIT_LAB_PACING_RATIO", "fast")
-    with pytest.raises(GridsplitError, match="give 'tuned'"):
-        realize.gateway_host_sysctls()
-
-
-def test_lab_sub_segment_switch(monkeypatch):
-    """Sub-segment LAN windows: on by default, off on request, a clear refusal otherwise."""
-    monkeypatch.delenv("GRIDSPLIT_LAB_SUB_SEGMENT", raising=False)
-    assert realize.gateway_sub_segment() == "true"
-    monkeypatch.setenv("GRIDSPLIT_LAB_SUB_SEGMENT", "0")
-    assert realize.gateway_sub_segment() == "false"
-    monkeypatch.setenv("GRIDSPLIT_LAB_SUB_SEGMENT", "yes")
-    with pytest.raises(GridsplitError, match="give 1"):
-        realize.gateway_sub_segment()
-
-
-def test_lab_initrwnd_switch(monkeypatch):
-    """The gateway hosts' initial LAN window: one segment by default, the kernel's on request, a clear refusal otherwise."""
-    monkeypatch.delenv("GRIDSPLIT_LAB_INITRWND", raising=False)
-    assert realize.gateway_initrwnd() == 1
-    monkeypatch.setenv("GRIDSPLIT_LAB_INITRWND", "0")
-    assert realize.gateway_initrwnd() == 0
-    monkeypatch.setenv("GRIDSPLIT_LAB_INITRWND", "one")
-    with pytest.raises(GridsplitError, match="number of segments"):
-        realize.gateway_initrwnd()
+    p = tmp_path / "switched.toml"
+    p.write_text(mini + '[lab]\npacing_ratio = "kernel"\nsub_segment = false\ninitrwnd = 0\nidle = "halt"\n'
+                 'gateway_rt = 0\nlan_mss = "auto"\n')
+    t = load_topology(str(p))
+    assert realize.gateway_host_sysctls(t.lab) == {"net.ipv4.tcp_slow_start_after_idle": "0"}
+    assert (t.lab.sub_segment, t.lab.initrwnd, t.lab.idle, realize.gateway_rt_priority(t)) == (False, 0, "halt", 0)
+    assert t.to_dict()["lab"]["pacing_ratio"] == "kernel"
+    for bad, msg in (('pacing_ratio = "fast"', "lab.pacing_ratio: must be one of tuned, kernel"),
+                     ("initrwnd = -1", "lab.initrwnd: must be ≥ 0"),
+                     ("lan_mss = 100", "lab.lan_mss: give 0"),
+                     ('idle = "sometimes"', "lab.idle: must be one of poll, halt"),
+                     ("sub_segment = 1", "lab.sub_segment: must be true or false"),
+                     ("steer = true", "lab.steer: unknown key; did you mean 'wanem_steer'?")):
+        p.write_text(mini + f"[lab]\n{bad}\n")
+        with pytest.raises(GridsplitError, match=re.escape(msg)):
+            load_topology(str(p))

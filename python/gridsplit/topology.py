@@ -148,6 +148,31 @@ class GatewaySettings:
 
 
 @dataclass(frozen=True)
+class LabSettings:
+    """How the lab emulates this grid: switches that exist only to measure what
+    a mechanism changes (`[lab]` in the topology; recorded in every result)."""
+
+    # Idle CPUs poll while the lab is up ("poll"), or halt ("halt"): a halted
+    # vCPU can come back late on a busy host (docs/design/delay-line-and-fidelity.md).
+    idle: str = "poll"
+    # SCHED_FIFO priority of the lab's gateways (0: normal scheduling).
+    gateway_rt: int = 5
+    # Gateway hosts' TCP pacing ratios: gridsplit's ("tuned") or the kernel's.
+    pacing_ratio: str = "tuned"
+    # Initial receive window of a gateway host's LAN route, in segments (0: the
+    # kernel's 10); gateway.GATEWAY_LAN_INITRWND is the deployed value.
+    initrwnd: int = 1
+    # MSS the gateways offer LAN senders: 0 (the interface's), "auto"
+    # (gateway.lan_mss) or a number of bytes.
+    lan_mss: int | str = 0
+    # Sub-segment LAN windows when whole segments do not fit the switch port.
+    sub_segment: bool = True
+    # Pin the delay line to the last CPU and steer the routers' WAN receive work
+    # to the others (RPS); for full-rate runs (crates/wanem/README.md).
+    wanem_steer: bool = False
+
+
+@dataclass(frozen=True)
 class Topology:
     name: str
     description: str
@@ -157,6 +182,7 @@ class Topology:
     sites_block: ipaddress.IPv4Network
     wan_block: ipaddress.IPv4Network
     gateways: GatewaySettings = field(default_factory=GatewaySettings)
+    lab: LabSettings = field(default_factory=LabSettings)
     scale: float = 1.0
 
     # -- lookups ---------------------------------------------------------
@@ -269,6 +295,7 @@ class Topology:
                 for w in self.wans
             ],
             "gateways": asdict(self.gateways),
+            "lab": asdict(self.lab),
         }
 
 
@@ -356,7 +383,8 @@ SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "n
              "uplink_mbps", "gateway", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
-TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways")
+TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
+LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
                 "lan_rto_min_us", "outage_limit_s")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
@@ -369,6 +397,21 @@ def _tcp(src: str, path: str, table: Any, base: TcpSettings) -> TcpSettings:
         wmem_max=r.integer("wmem_max", base.wmem_max, lo=4096),
         congestion=r.string("congestion", base.congestion, CONGESTION_CONTROLS),
         sack=r.boolean("sack", base.sack),
+    )
+
+
+def _lab_settings(r: _Reader) -> LabSettings:
+    mss: int | str = r.table.get("lan_mss", 0)
+    if mss != "auto" and not (isinstance(mss, int) and not isinstance(mss, bool) and (mss == 0 or 536 <= mss <= 1460)):
+        r.fail("lan_mss", f"give 0 (the interface's MSS, the default), \"auto\" or 536-1460 bytes, got {mss!r}")
+    return LabSettings(
+        idle=r.string("idle", "poll", ("poll", "halt")),
+        gateway_rt=r.integer("gateway_rt", 5, positive=False, lo=0, hi=99),
+        pacing_ratio=r.string("pacing_ratio", "tuned", ("tuned", "kernel")),
+        initrwnd=r.integer("initrwnd", 1, positive=False, lo=0, hi=1000),
+        lan_mss=mss,
+        sub_segment=r.boolean("sub_segment", True),
+        wanem_steer=r.boolean("wanem_steer", False),
     )
 
 
@@ -502,10 +545,11 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")
+    lab = _lab_settings(_Reader(src, "lab", data.get("lab", {}), LAB_KEYS))
 
     return Topology(
         name=name, description=top.string("description", ""), source=src,
-        sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block, gateways=gw,
+        sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block, gateways=gw, lab=lab,
     ).scaled(scale)
 
 

@@ -1,7 +1,7 @@
 """Does the delay line keep its schedule when the traffic shares its CPU?
 
 A benchmark for a lab brought up with the delay line pinned and the routers'
-receive work steered away from it (`GRIDSPLIT_WANEM_STEER=1 gridsplit lab up ...`,
+receive work steered away from it (`[lab] wanem_steer = true` in the topology,
 same GRIDSPLIT_LAB_PREFIX):
 one single-flow iperf3 test across the longest WAN path, repeated, alternating
 two placements of the traffic generators (iperf3 client and server):
@@ -15,7 +15,7 @@ emulated stack) waits for that syscall to finish, real-time priority or not.
 Side by side, the two placements show how much of the delay line's lateness is
 that, and what the throughput costs when the traffic gets one CPU fewer.
 
-    GRIDSPLIT_LAB_PREFIX=gsd GRIDSPLIT_WANEM_STEER=1 gridsplit lab up --topology paper --nodes 4 --scale 1
+    GRIDSPLIT_LAB_PREFIX=gsd gridsplit lab up --topology paper-steer.toml --nodes 4 --scale 1   # paper + [lab] wanem_steer = true
     GRIDSPLIT_LAB_PREFIX=gsd python3 crates/wanem/scripts/placement.py --repeat 3 [--json FILE]
 """
 
@@ -74,7 +74,7 @@ def main(repeat: int, seconds: float, json_path: str | None) -> None:
     state = load_state(LabNames.from_env())
     cpu = pinned_cpu(state.wanem_pid)
     if cpu is None:
-        raise click.ClickException("the delay line is not pinned to a CPU; bring the lab up with GRIDSPLIT_WANEM_STEER=1")
+        raise click.ClickException("the delay line is not pinned to a CPU; bring the lab up with `[lab] wanem_steer = true` in its topology")
     topo = state.topo
     a, b = max(((w.a, w.b) for w in topo.wans), key=lambda p: topo.rtt_ms(*p))
     src, dst = representative(state, a), representative(state, b)

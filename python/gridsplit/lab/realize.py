@@ -33,7 +33,7 @@ from typing import Any, Iterator
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..gateway import lan_initrwnd, lan_mss
-from ..topology import GatewaySettings, Host, Topology, load_topology
+from ..topology import GatewaySettings, Host, LabSettings, Topology, load_topology
 from . import names as N
 from .names import LabNames
 from .sh import in_ns, ip_batch, list_netns, netns_pids, run, tc_batch
@@ -78,13 +78,13 @@ def peak_bucket(rate_mbps: float) -> int:
     return max(PEAK_MTU, int(rate_mbps * 1e6 / 8 * PEAK_US / 1e6))
 
 
-def delay_line_cpu() -> int | None:
+def delay_line_cpu(topo: Topology) -> int | None:
     """The CPU the delay line's threads are pinned to, or None (the default).
 
     Every frame the delay line sends is received by the peer router inside its
     own sendmmsg, and the whole stack behind it (routing, switch, tbf, the
     receiving host's TCP and its ACKs) runs there too: at 1 Gb/s that is most of
-    a core, and the line falls behind its schedule. With GRIDSPLIT_WANEM_STEER=1
+    a core, and the line falls behind its schedule. With `[lab] wanem_steer = true`
     the routers' WAN interfaces steer that work (RPS) to the other CPUs and the
     delay line runs on the last one. Off by default: on 2 vCPUs the one CPU left
     then saturates at 1 Gb/s, its backlog (net.core.netdev_max_backlog) overflows
@@ -92,7 +92,7 @@ def delay_line_cpu() -> int | None:
     nothing in `lab check` sees it (crates/wanem/README.md, "Full rate").
     """
     n = os.cpu_count() or 1
-    return n - 1 if n >= 2 and os.environ.get("GRIDSPLIT_WANEM_STEER") == "1" else None
+    return n - 1 if n >= 2 and topo.lab.wanem_steer else None
 
 
 def _rps_mask(cpu: int) -> str:
@@ -179,7 +179,7 @@ def restart_gateways(state: LabState, **overrides: str | bool) -> LabState:
         stop_pids([p for k, p in pids.items() if k.startswith("gw-")])
         merged = {**_gateway_overrides(state.data), **overrides}
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
-        rt = gateway_rt_priority()
+        rt = gateway_rt_priority(topo)
         new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites, rt)
         data = {**current, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
                 "gateway_overrides": merged, "gateway_rt_priority": rt}
@@ -223,8 +223,8 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
     wanem = sysdeps.built("gridsplit-wanem")
     gw_sites = [s.name for s in topo.sites if s.gateway] if gateways else []
     gridsplitd = sysdeps.built("gridsplitd") if gw_sites else None
-    rt = gateway_rt_priority() if gw_sites else None  # a bad setting is refused before anything is built
-    poll = idle_polls()
+    rt = gateway_rt_priority(topo) if gw_sites else None
+    poll = topo.lab.idle == "poll"
 
     with _lock(names):
         leftovers = [ns for ns in list_netns() if names.owns_ns(ns)]
@@ -304,7 +304,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
         ip_batch(ns, ["link set lo up"])
         _sysctl(ns, NO_IPV6)
 
-    initrwnd = gateway_initrwnd()
+    initrwnd = topo.lab.initrwnd
     for site in topo.sites:
         progress(f"site {site.name}: switch, router, {site.nodes} node(s){' and a gateway' if site.gateway else ''}")
         sw, rt = names.switch_ns(site.name), names.router_ns(site.name)
@@ -340,7 +340,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             extra = {"net.ipv4.tcp_no_metrics_save": "1"}
             if h.role == "gateway":
                 # Tuned like a real gateway host (docs/deployment.md).
-                extra.update(gateway_host_sysctls())
+                extra.update(gateway_host_sysctls(topo.lab))
             _sysctl(hns, {**site.tcp.sysctls(), **extra})
 
         ip_batch(rt, [f"addr add {site.router_ip}/24 dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
@@ -352,7 +352,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
 
     progress(f"WAN: {len(topo.wans)} link(s)")
     wan_lines, wan_gro = [], []
-    cpu = delay_line_cpu()
+    cpu = delay_line_cpu(topo)
     for w in topo.wans:
         for side, site in (("a", w.a), ("b", w.b)):
             rt, dev, peer = names.router_ns(site), N.rt_wan_if(w.peer(site)), N.wan_if(w.index, side)
@@ -375,70 +375,27 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
         in_ns(names.wan_ns, ["sh", "-c", " && ".join(wan_gro)])
 
 
-def gateway_host_sysctls() -> dict[str, str]:
+def gateway_host_sysctls(lab: LabSettings) -> dict[str, str]:
     """The gateway hosts' TCP settings: gateway.GATEWAY_HOST_SYSCTLS, as on a
-    real gateway host. GRIDSPLIT_LAB_PACING_RATIO=kernel leaves the pacing ratios
+    real gateway host; `[lab] pacing_ratio = "kernel"` leaves the pacing ratios
     at the kernel's defaults (to measure what they change)."""
     from ..gateway import GATEWAY_HOST_SYSCTLS
-    v = os.environ.get("GRIDSPLIT_LAB_PACING_RATIO", "tuned")
-    if v not in ("tuned", "kernel"):
-        raise GridsplitError(f"GRIDSPLIT_LAB_PACING_RATIO={v!r}: give 'tuned' (the default) or 'kernel'")
-    if v == "kernel":
+    if lab.pacing_ratio == "kernel":
         return {k: x for k, x in GATEWAY_HOST_SYSCTLS.items() if "pacing" not in k}
     return dict(GATEWAY_HOST_SYSCTLS)
 
 
-def gateway_initrwnd() -> int:
-    """Initial receive window, in segments, that a gateway host offers on its LAN
-    route (GATEWAY_LAN_INITRWND); GRIDSPLIT_LAB_INITRWND=0 leaves the kernel's
-    default (10 segments), to measure what it changes."""
-    from ..gateway import GATEWAY_LAN_INITRWND
-    v = os.environ.get("GRIDSPLIT_LAB_INITRWND", str(GATEWAY_LAN_INITRWND))
-    if not v.isdigit() or int(v) > 1000:
-        raise GridsplitError(f"GRIDSPLIT_LAB_INITRWND={v!r}: give a number of segments (0 = the kernel's default)")
-    return int(v)
-
-
 def gateway_lan_mss(topo: Topology, site: str) -> int:
-    """`[lan] mss` of a site's gateway: 0 (the interface's MSS) unless
-    GRIDSPLIT_LAB_LAN_MSS=auto (gateway.lan_mss) or =N (N where lan_mss would
-    reduce it), to measure what a reduced MSS changes."""
-    v = os.environ.get("GRIDSPLIT_LAB_LAN_MSS", "0")
-    if v != "auto" and not (v.isdigit() and (v == "0" or 536 <= int(v) <= 1460)):
-        raise GridsplitError(f"GRIDSPLIT_LAB_LAN_MSS={v!r}: give 0 (the default), auto, or an MSS of 536-1460 bytes")
+    """`[lan] mss` of a site's gateway: 0 (the interface's MSS) unless `[lab]
+    lan_mss` is "auto" (gateway.lan_mss) or N (N where lan_mss would reduce
+    it), to measure what a reduced MSS changes."""
+    v = topo.lab.lan_mss
     auto = lan_mss(topo, site)
     return auto if v == "auto" else int(v) if auto else 0
 
 
-def gateway_sub_segment() -> str:
-    """Whether the lab's gateways give narrow LAN flows sub-segment windows
-    (`[lan] sub_segment`, the default); GRIDSPLIT_LAB_SUB_SEGMENT=0 lifts the
-    clamps instead when whole segments do not fit, to measure what it changes."""
-    v = os.environ.get("GRIDSPLIT_LAB_SUB_SEGMENT", "1")
-    if v not in ("0", "1"):
-        raise GridsplitError(f"GRIDSPLIT_LAB_SUB_SEGMENT={v!r}: give 1 (the default) or 0")
-    return "true" if v == "1" else "false"
-
-
-def idle_polls() -> bool:
-    """Whether the lab keeps idle CPUs polling (the delay line holds a 0 µs PM QoS request).
-
-    On this VM a vCPU that halts when idle gives its physical CPU back to the
-    host, and a busy host can take milliseconds to return it: the delay line's
-    timers then fire late and frames leave in bunches. Measured with `lab check`
-    on fresh mini labs (results/lab/2026-11-23-idle-poll), on a host that was
-    taking hundreds of ms per check: late frames 1.9-7.1 % polling against
-    4.5-86 % halting. The request lasts as long as the delay line, so `lab down` (or its
-    death) ends it. GRIDSPLIT_LAB_IDLE=halt leaves idle CPUs to the kernel's default.
-    """
-    v = os.environ.get("GRIDSPLIT_LAB_IDLE", "poll")
-    if v not in ("poll", "halt"):
-        raise GridsplitError(f"GRIDSPLIT_LAB_IDLE={v!r}: give 'poll' (the default) or 'halt'")
-    return v == "poll"
-
-
-def gateway_rt_priority() -> int:
-    """SCHED_FIFO priority of the lab's gridsplitd processes (0: normal scheduling).
+def gateway_rt_priority(topo: Topology) -> int:
+    """SCHED_FIFO priority of the lab's gridsplitd processes (`[lab] gateway_rt`; 0: normal scheduling).
 
     A real gateway is a host of its own; in the lab it shares two vCPUs with
     every MPI rank. Twenty ranks that yield when idle still keep the run queue
@@ -446,16 +403,12 @@ def gateway_rt_priority() -> int:
     message paid the ranks' scheduling, which direct mode (no gateway) never
     does. Real-time priority, below the delay line's (10), gives the gateways
     the CPU when they have work, as their own host would; they sleep otherwise.
-    GRIDSPLIT_LAB_GATEWAY_RT=0 turns it off (to measure what it changes).
     """
-    v = os.environ.get("GRIDSPLIT_LAB_GATEWAY_RT", "5")
-    if not v.isdigit() or not 0 <= int(v) <= 99:
-        raise GridsplitError(f"GRIDSPLIT_LAB_GATEWAY_RT={v!r}: give a SCHED_FIFO priority 1-99, or 0 for none")
-    return int(v)
+    return topo.lab.gateway_rt
 
 
 def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str], rt: int) -> dict[str, int]:
-    """One gridsplitd per gateway host, sharing one fresh pre-shared key; `rt`: gateway_rt_priority()."""
+    """One gridsplitd per gateway host, sharing one fresh pre-shared key; `rt`: gateway_rt_priority(topo)."""
     from ..gateway import gateway_toml, new_psk, sites_toml
     psk = names.state_dir / "psk"
     new_psk(psk)
@@ -463,7 +416,7 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"
-        cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=gateway_sub_segment() == "true",
+        cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=topo.lab.sub_segment,
                                     mss=gateway_lan_mss(topo, site)))
         pids[f"gw-{site}"] = spawn_gateway(names, gridsplitd, site, rt)
     # Ready when every gateway answers on its admin port and sees all its peers.
@@ -580,7 +533,7 @@ def _start_wanem(topo: Topology, names: LabNames, wanem: str, comp_us: int, poll
     path = names.state_dir / "wanem.json"
     path.write_text(json.dumps(cfg, indent=1))
     log = open(names.state_dir / "wanem.log", "w")
-    cpu = delay_line_cpu()
+    cpu = delay_line_cpu(topo)
     pin = ["--cpu", str(cpu)] if cpu is not None else []
     if poll:
         pin += ["--cpu-latency-us", "0"]
