@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,11 @@ def test_lab_switches_live_in_the_topology(tmp_path):
         p.write_text(mini + f"[lab]\n{bad}\n")
         with pytest.raises(GridsplitError, match=re.escape(msg)):
             load_topology(str(p))
+
+
+def test_strategy_names_match_the_gateways_registry():
+    """One registry of strategies (gridsplitd's); the CLI's list must be the same."""
+    from gridsplit.topology import STRATEGIES
+    cp = subprocess.run([sysdeps.built("gridsplitd"), "--list-strategies"], text=True, capture_output=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    assert tuple(cp.stdout.split()) == STRATEGIES

@@ -122,6 +122,8 @@ class WanLink:
         return self.b if site == self.a else self.a
 
 
+# gridsplitd's scheduling strategies; tests/test_safety.py checks this list
+# against `gridsplitd --list-strategies`, the one registry (config.rs).
 STRATEGIES = ("fifo", "aggregate", "fair")
 
 

@@ -129,6 +129,18 @@ pub enum StrategyKind {
 }
 
 impl StrategyKind {
+    /// Every strategy, in the order they are listed (`gridsplitd --list-strategies`,
+    /// which the Python side checks its own list against).
+    pub const ALL: [StrategyKind; 3] = [
+        StrategyKind::Fifo,
+        StrategyKind::Aggregate,
+        StrategyKind::Fair,
+    ];
+
+    pub fn from_name(name: &str) -> Option<StrategyKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             StrategyKind::Fifo => "fifo",
@@ -591,17 +603,16 @@ fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config, ConfigErr
             "use 127.0.0.1:PORT, or set allow_remote_admin = true",
         ));
     }
-    let strategy = match g.strategy.as_str() {
-        "fifo" => StrategyKind::Fifo,
-        "aggregate" => StrategyKind::Aggregate,
-        "fair" => StrategyKind::Fair,
-        other => {
-            return Err(err(
-                "gateway.strategy",
-                format!("unknown strategy '{other}'"),
-                "use \"fifo\", \"aggregate\" or \"fair\"",
-            ))
-        }
+    let Some(strategy) = StrategyKind::from_name(&g.strategy) else {
+        let names: Vec<String> = StrategyKind::ALL
+            .iter()
+            .map(|k| format!("\"{}\"", k.name()))
+            .collect();
+        return Err(err(
+            "gateway.strategy",
+            format!("unknown strategy '{}'", g.strategy),
+            &format!("use one of {}", names.join(", ")),
+        ));
     };
     if g.connect_timeout_ms == 0 || g.connect_timeout_ms > 600_000 {
         return Err(err(

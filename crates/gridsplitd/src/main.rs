@@ -22,8 +22,11 @@ use tracing::{error, info, Level};
 )]
 struct Cli {
     /// The gateway's TOML configuration (see docs/protocol.md §5).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "list_strategies")]
+    config: Option<PathBuf>,
+    /// Print the scheduling strategies this build has, one per line, and exit.
+    #[arg(long)]
+    list_strategies: bool,
     /// Validate the configuration, print a summary and exit (0 = valid, 2 = not).
     #[arg(long)]
     check_config: bool,
@@ -41,13 +44,22 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.list_strategies {
+        for k in gridsplitd::config::StrategyKind::ALL {
+            println!("{}", k.name());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let Some(config) = cli.config else {
+        return ExitCode::from(2);
+    };
     tracing_subscriber::fmt()
         .with_max_level(cli.log_level)
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
 
-    let cfg = match Config::load(&cli.config) {
+    let cfg = match Config::load(&config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gridsplitd: config error: {e}");

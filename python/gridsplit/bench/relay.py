@@ -64,6 +64,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gridsplit import machine, sysdeps
+from gridsplit.topology import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAINS = ("direct", "floor", "epoll", "gridsplitd", "haproxy")
@@ -709,7 +710,7 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
               help="Duration of each stream.")
 @click.option("--count", type=click.IntRange(20000, 10_000_000), default=20000, show_default=True,
               help=f"Round trips per chain and repeat, in {BLOCKS} blocks (each after {BLOCK_WARMUP} of warm-up).")
-@click.option("--strategy", type=click.Choice(["fair", "fifo", "aggregate"]), default="fair", show_default=True,
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="fair", show_default=True,
               help="gridsplitd scheduling strategy.")
 @click.option("--preload/--no-preload", default=True, show_default=True,
               help="Client and server run with libgridsplit.so, or speak GSq1/GSo1 themselves.")
