@@ -113,7 +113,7 @@ static const char *own_flag(const char *flag, const char *v)
 static const bench_prog prog = {
     .name = "collalgo",
     .summary =
-        "The collective algorithms of seed 002 Tables 1-3 on MPI point-to-point, root 0.\n"
+        "The collective algorithms of Barchet-Estefanel and Mounié Tables 1-3 on MPI point-to-point, root 0.\n"
         "SIZE is m of the tables: bytes per rank (scatter, gather, alltoall: per rank pair).\n"
         "Own flags: -o takes a comma-separated list of algorithms, run one after the other;\n"
         "  --seg LIST segment size per -s entry (one value: for all; default SIZE) for the\n"

@@ -12,7 +12,7 @@ static const bench_prog prog = {
     .summary = "Barrier, then every rank Isend()s SIZE bytes to rank 0, which has "
                "Irecv()ed from all\nand Wait()s on each in rank order; timed at "
                "rank 0 from the start of the barrier\nto its last Wait "
-               "(seed 000 section 10.3).",
+               "(MPI5000, Alter and Glück, section 10.3).",
     .min_ranks = 1,
 };
 

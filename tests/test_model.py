@@ -1,4 +1,4 @@
-"""gridsplit model: seed 002's formulas against hand-computed values, the segment search,
+"""gridsplit model: Barchet-Estefanel and Mounié's formulas against hand-computed values, the segment search,
 the CLI's refusals, and one small measure -> predict -> validate run in a real lab."""
 
 from __future__ import annotations

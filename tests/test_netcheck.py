@@ -3,7 +3,7 @@
 The recordings in tests/data/netcheck/ are real iperf3 runs made in the lab by
 tests/data/netcheck/record.sh (each file holds the raw iperf3 JSON and the context
 netcheck measured with it: ping RTT, capacity, both hosts' settings). The lab
-test reproduces seed 001's finding on a 1 Gb/s x 10 ms path: untuned hosts
+test reproduces Guillier et al.'s finding on a 1 Gb/s x 10 ms path: untuned hosts
 (170 KB buffer maxima) are window-limited and told how to fix it; tuned, the
 same path is OK.
 """
@@ -154,7 +154,7 @@ def test_failed_test_is_unmeasured_with_the_reason():
 
 
 def test_advice_lines_from_bdp():
-    # 1 Gb/s x 10.6 ms = 1.3 MB; x2 headroom rounds up to seed 001's 4 MB.
+    # 1 Gb/s x 10.6 ms = 1.3 MB; x2 headroom rounds up to Guillier et al.'s 4 MB.
     buf = tuning.buffer_for(1e9 / 8 * 0.0106)
     assert buf == 4194304
     facts = {"net.ipv4.tcp_rmem": [4096, 87380, 174760], "net.ipv4.tcp_wmem": [4096, 16384, 174760]}
@@ -267,7 +267,7 @@ def test_lab_untuned_window_limited_tuned_ok(wizard_lab, tmp_path):
     assert cell["status"] == "measured", cell["reason"]
     assert cell["capacity_mbps"] == 1000
     u, t = cell["diagnosis"]["untuned"], cell["diagnosis"]["tuned"]
-    # Untuned (170 KB maxima, seed 001): ~ window / RTT, far below the path.
+    # Untuned (170 KB maxima, Guillier et al. 2006): ~ window / RTT, far below the path.
     assert u["verdict"] == "window-limited", u["why"]
     assert u["fraction"] < 0.2
     assert 0.75 <= cell["untuned"]["goodput_mbps"] / u["evidence"]["window_bound_mbps"] <= 1.15

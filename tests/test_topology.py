@@ -34,7 +34,7 @@ def test_paper_preset_is_the_seed_platform_scaled():
 def test_g5k9_preset_uses_seed_rtt_matrix():
     t = load_topology("g5k9")
     assert len(t.sites) == 9 and len(t.wans) == 36
-    # seed 001 Table 2: bordeaux<->sophia 10.6 / 10.60 ms; grenoble<->lyon 3.3 / 3.28 ms
+    # Guillier et al. 2006 Table 2: bordeaux<->sophia 10.6 / 10.60 ms; grenoble<->lyon 3.3 / 3.28 ms
     assert t.rtt_ms("bordeaux", "sophia") == pytest.approx(10.6, abs=0.001)
     assert t.rtt_ms("lyon", "grenoble") == pytest.approx(3.29, abs=0.001)
     assert all(s.tcp.rmem_max == 17476 for s in t.sites)  # untuned default images (170 KB), scaled 1/10

@@ -275,7 +275,7 @@ def retrans_tables(points: list[dict]) -> str:
                 rows.append(row)
             headers = ["nodes", "size", "direct local", "direct distant (WAN)", "split local", "split distant (WAN)"]
             if seed:
-                headers.append("MPI5000 (seed 000): direct distant / split local / split distant")
+                headers.append("MPI5000 (Alter and Glück): direct distant / split local / split distant")
             parts.append(f"<h3>{title}, {op}, {impl} (per 200 operations, median over repetitions)</h3>"
                          + _table(headers, rows))
     return "".join(parts)
@@ -473,7 +473,7 @@ def build_report(paths: list[Path], outdir: Path) -> Path:
              "Local = connections with both ends in one site (node↔node, node↔gateway); distant = across the WAN "
              f"(counters attributed per connection by the kernel's tcp_retransmit_skb trace: "
              f"{html.escape(', '.join(sorted({r['counters'].get('attribution', '?') for r in points})))}).",
-             "Physical bound per gather (timed at the root from the start of its barrier, as in seed 000): one WAN "
+             "Physical bound per gather (timed at the root from the start of its barrier, as in MPI5000, Alter and Glück): one WAN "
              "round trip (the barrier must reach the senders, their data the root) plus n·m bytes at the payload rate "
              "of the narrowest point where the senders' flows converge (MSS 1448 in a 1514-byte frame); "
              "efficiency = bound / measured.",
@@ -510,7 +510,7 @@ git {html.escape(str(mach.get('git', '?')))}, started {html.escape(str(mach.get(
 <h2>Targets</h2>{tgt_html}
 <h2>Summary</h2>{_table(['op', 'impl', 'nodes', 'size', 'split variant', 'direct (s)', 'split (s)', 'split/direct (min-max)', 'repeats', 'WAN retrans direct → split', 'efficiency split'], sumrows)}
 <h2>Figures</h2>{''.join(figs)}
-<h2>Retransmissions and timeouts (seed 000 Tables 1-2)</h2>{retrans_tables(points)}
+<h2>Retransmissions and timeouts (MPI5000, Alter and Glück, Tables 1-2)</h2>{retrans_tables(points)}
 <h2>Where packets were dropped</h2>
 <p>Drops counted by the lab's own queues during each run (tbf at every NIC, switch port, uplink and WAN entry; the
 delay line's queue and socket), per 200 operations, median over repetitions, the three largest per cell. A

@@ -189,7 +189,7 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
                      f"> 200 µs late): figures include this machine's load")
     if backlog and backlog < capacity_mbps:
         notes.append(f"latent host limit: netdev_max_backlog x HZ x 1500 B = {backlog:.0f} Mb/s is below the "
-                     f"{capacity_mbps:g} Mb/s capacity (seed 001 §3)")
+                     f"{capacity_mbps:g} Mb/s capacity (Guillier et al. 2006 §3)")
 
     def verdict(v: str, why: str) -> dict[str, Any]:
         return {"verdict": v, "fraction": round(frac, 4), "why": why, "evidence": ev, "notes": notes}
@@ -275,7 +275,7 @@ def diagnose(flow: dict[str, Any], *, rtt: dict[str, Any], capacity_mbps: float,
             f"sets the pace (CPU speed, interrupt coalescing, offloads, write size)."))
     if backlog and backlog < capacity_mbps and g >= 0.8 * backlog * 1448 / 1500:
         return verdict("host-limited", (
-            f"{pct}: host-limited. netdev_max_backlog x HZ x 1500 B = {backlog:.0f} Mb/s (seed 001 §3) is below the "
+            f"{pct}: host-limited. netdev_max_backlog x HZ x 1500 B = {backlog:.0f} Mb/s (Guillier et al. 2006 §3) is below the "
             f"{capacity_mbps:g} Mb/s capacity and the flow sits at that ceiling; raise net.core.netdev_max_backlog."))
     if base_rtt and srtt > 2 * base_rtt and flow.get("retransmits", 0) == 0:
         queue = g * 1e6 / 8 * (srtt - base_rtt) / 1000

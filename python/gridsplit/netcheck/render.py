@@ -87,7 +87,7 @@ def parallel_table(report: dict[str, Any]) -> Table | None:
     if not rows:
         return None
     t = Table("pair", "streams", "aggregate Mb/s", "mean per stream", "Jain index", "retransmits", "% of capacity",
-              title="parallel flows, tuned buffers (seed 001 Table 4)", title_justify="left")
+              title="parallel flows, tuned buffers (Guillier et al. 2006 Table 4)", title_justify="left")
     for c, p in rows:
         pair = f"{c['src_site']} → {c['dst_site']}"
         if "error" in p:
@@ -213,7 +213,7 @@ def heatmaps(report: dict[str, Any], path: Path, reference: dict | None = None) 
                     lambda s, d: get(cells[(s, d)]) if (s, d) in cells else None, vmax)]
         if reference:
             ref = reference.get(key, {})
-            sources.append(("seed 001 (Grid'5000, 2006)", lambda s, d, ref=ref: ref.get((s, d)),
+            sources.append(("Guillier et al. (Grid'5000, 2006)", lambda s, d, ref=ref: ref.get((s, d)),
                             941.0 if key != "rtt" else None))
         for i, (who, val, vm) in enumerate(sources):
             ax = axes[i][j]
