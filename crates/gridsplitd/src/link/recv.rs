@@ -3,7 +3,7 @@
 //! counts the bytes handled (what a resume starts from), and acks them.
 //!
 //! The reader handles every frame already received, then writes each touched
-//! flow's data straight to its LAN socket (flow.rs, `Flow::flush_to_lan`): one
+//! flow's data straight to its LAN socket (flow/mod.rs, `Flow::flush_to_lan`): one
 //! write per flow per burst instead of one per frame. Its only wait is for the
 //! next frame, with nothing touched pending, so stopping it there (a connection
 //! replaced or lost) leaves no frame half handled: `received` is exact.
