@@ -165,7 +165,7 @@ def test_lab_gateway_hosts_are_tuned_and_gridsplitd_reports_it(lab):
 def test_gateway_status_tells_sub_segment_windows(capsys):
     """`gateway status` says how many LAN sockets hold windows under one segment, how many are wide,
     and when sub-segment windows are off."""
-    from gridsplit.gwcli import render_status
+    from gridsplit.gateway.cli import render_status
     lan = {"window_budget": 23591, "sockets_clamped": 20, "window_clamp": 1179, "sockets_sub_segment": 19,
            "sockets_wide": 1, "sub_segment": True}
     render_status({"site": "b", "counters": {}, "lan": lan}, "b")

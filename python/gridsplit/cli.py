@@ -6,19 +6,18 @@ tracebacks are reserved for bugs, and GRIDSPLIT_DEBUG=1 shows them.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import click
-from rich.console import Console
 
+from .bench.cli import bench
+from .bench.report import report
 from .errors import GridsplitError
-
-# Tables stay readable when piped or logged: rich would otherwise wrap at 80 columns.
-_width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "140"))
-err = Console(stderr=True, highlight=False, width=_width)
-out = Console(highlight=False, width=_width)
+from .gateway.cli import gateway, run
+from .lab.cli import lab
+from .model.cli import model
+from .netcheck.cli import netcheck
 
 
 class Group(click.Group):
@@ -53,16 +52,6 @@ def main() -> None:
     """
 
 
-def emit_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=1, default=str))
-
-
-from .gwcli import gateway, run  # noqa: E402  (sub-command groups register here)
-from .lab.cli import lab  # noqa: E402
-
-from .model.cli import model  # noqa: E402
-from .netcheck.cli import netcheck  # noqa: E402
-
 main.add_command(lab)
 main.add_command(gateway)
 main.add_command(run)
@@ -70,18 +59,5 @@ main.add_command(netcheck)
 main.add_command(model)
 
 
-@main.group()
-def bench() -> None:
-    """Benchmarks, measured side by side in one run, with result files."""
-
-
-from .bench.outage import outage  # noqa: E402
-from .bench.relay import relay  # noqa: E402
-from .bench.report import report  # noqa: E402
-from .bench.sweep import iter_ops  # noqa: E402
-
-for _cmd in iter_ops():
-    bench.add_command(_cmd)
-bench.add_command(relay)
-bench.add_command(outage)
+main.add_command(bench)
 main.add_command(report)

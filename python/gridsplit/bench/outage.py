@@ -29,6 +29,7 @@ import click
 from rich.table import Table
 
 from .. import machine, sysdeps
+from ..console import out
 from ..errors import GridsplitError
 from ..lab.names import LabNames
 from ..lab.realize import gateway_status, load_state
@@ -90,7 +91,6 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
       gridsplit lab up --topology mini
       gridsplit bench outage --blackouts 0,5,30,90 --repeat 1
     """
-    from ..cli import out
     lengths = _ints(blackouts, "blackout lengths")
     names = LabNames.from_env()
     state = load_state(names)

@@ -25,7 +25,7 @@ import click
 from ..errors import GridsplitError
 from ..lab.check import LATE_FRACTION_MAX, STALL_US
 from ..lab.queues import fell_behind
-from .sweep import HEADERS, frame_ceiling, median_of, read_rows, row_key, summarize, variant_tag
+from .results import HEADERS, frame_ceiling, median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
 # Alter and Glück Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).

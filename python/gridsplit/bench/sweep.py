@@ -34,36 +34,25 @@ from typing import Any, Iterator
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from .. import machine, sysdeps
 from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
 from ..lab import counters as C
 from ..lab import queues, realize
-from ..lab.check import FRAME_OVERHEAD
 from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
 from ..lab.sh import list_netns
 from ..lab.tcptrace import Trace
 from . import units
+from .report import build_report
+from .results import GOODPUT, SCHEMA, read_rows, render_summary, row_key, summarize
 
-SCHEMA = "gridsplit.bench/1"
 MODES = ("direct", "split")
 # Counters attributed to local/distant in every row (Alter and Glück Tables 1-2 and neighbours).
 ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
               "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
-# Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
-HEADERS = FRAME_OVERHEAD  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
-FULL_FRAME = 1448 + HEADERS
-GOODPUT = 1448 / FULL_FRAME
-
-
-def frame_ceiling(mean_frame: float) -> float:
-    """The efficiency a port whose data frames average `mean_frame` bytes can reach
-    against the bound (which assumes full-size frames): its payload share over GOODPUT."""
-    return min(1.0, (mean_frame - HEADERS) / mean_frame / GOODPUT) if mean_frame > HEADERS else 0.0
 
 
 @dataclass(frozen=True)
@@ -106,27 +95,6 @@ class Point:
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
                 self.lan)
-
-
-def variant_tag(row: dict[str, Any]) -> str:
-    """"direct", or the split run's gateway variant as "strategy:congestion", with ":no-lan-tuning" when the
-    LAN legs ran untuned (tables, plots, file names)."""
-    if row["mode"] == "direct":
-        return "direct"
-    v = row.get("variant") or {}
-    return f"{v.get('strategy')}:{v.get('congestion')}{':no-lan-tuning' if v.get('lan_tuning') is False else ''}"
-
-
-def median_of(vals) -> float | None:
-    """Median of the values that are present, or None."""
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def row_key(row: dict[str, Any]) -> tuple:
-    v = row.get("variant") or {}
-    return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
-            v.get("strategy"), v.get("congestion"), v.get("lan_tuning"))
 
 
 # -- placement and physics -----------------------------------------------------
@@ -384,24 +352,6 @@ def ensure_lab(names: LabNames, topology: str, nodes: int, scale: float | None, 
     return realize.up(topology, nodes, names, progress=lambda m: con.print(f"[dim]  ·[/dim] {m}"), scale=scale)
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a result file; a torn last line (killed mid-write) is ignored, anything else is an error."""
-    rows = []
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            if i == len(lines):
-                break
-            raise GridsplitError(f"{path}:{i}: not a JSON line; is this a `gridsplit bench` result file?") from None
-    if rows and rows[0].get("schema", "").split("/")[0] != SCHEMA.split("/")[0]:
-        raise GridsplitError(f"{path}: schema {rows[0].get('schema')!r} is not {SCHEMA!r}")
-    return rows
-
-
 def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
          strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,)) -> list[Point]:
     """Every point in run order: direct and the first split variant side by side; other variants after."""
@@ -555,67 +505,6 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
 
 # -- summary -------------------------------------------------------------------------
 
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (op, impl, nodes, size, split variant): medians over repeats and the split/direct ratio."""
-    groups: dict[tuple, dict[str, list]] = {}
-    for r in rows:
-        if r.get("kind") != "point":
-            continue
-        groups.setdefault((r["op"], r["impl"], r["nodes"], r["size_bytes"]), {}).setdefault(variant_tag(r), []).append(r)
-    out = []
-    for (op, impl, n, m), by in sorted(groups.items()):
-        direct = by.get("direct", [])
-        for tag, split in sorted((t, v) for t, v in by.items() if t != "direct"):
-            s = _med(split, "total_s")
-            d = _med(direct, "total_s")
-            ratios = _paired_ratios(direct, split)
-            out.append({
-                "op": op, "impl": impl, "nodes": n, "size_bytes": m, "variant": tag,
-                "direct_s": d, "split_s": s, "ratio": statistics.median(ratios) if ratios else None,
-                "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
-                "repeats": len(ratios),
-                "wan_retrans_direct": _med(direct, lambda r: r["counters"]["distant"]["RetransSegs"]),
-                "wan_retrans_split": _med(split, lambda r: r["counters"]["distant"]["RetransSegs"]),
-                "wan_rto_split": max((r["counters"]["distant"]["TCPTimeouts"] for r in split), default=None),
-                "efficiency_split": _med(split, "efficiency"),
-                # split time >= the bound, so split/direct can go no lower than direct's own efficiency.
-                "ratio_floor": _med(direct, "efficiency"),
-            })
-    return out
-
-
-def _med(rows: list[dict], key) -> float | None:
-    return median_of(key(r) if callable(key) else r.get(key) for r in rows)
-
-
-def _paired_ratios(direct: list[dict], split: list[dict]) -> list[float]:
-    """split/direct per repetition: each pair ran back to back, so their ratio is the side-by-side one."""
-    d = {r["repeat"]: r["total_s"] for r in direct}
-    return [r["total_s"] / d[r["repeat"]] for r in split if d.get(r["repeat"])]
-
-
-def render_summary(summary: list[dict[str, Any]], con: Console, title: str) -> None:
-    t = Table(title=title)
-    for c in ("op", "impl", "nodes", "size", "split variant", "direct", "split", "split/direct (min-max)",
-              "WAN retrans direct→split", "WAN RTO split", "eff. split"):
-        t.add_column(c, justify="right" if c not in ("op", "impl", "split variant") else "left")
-    for s in summary:
-        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})"
-        col = "green" if s["ratio"] is not None and s["ratio"] <= 1.0 else "red"
-        t.add_row(s["op"], s["impl"], str(s["nodes"]), units.fmt_size(s["size_bytes"]), s["variant"],
-                  _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]",
-                  f"{_n(s['wan_retrans_direct'])} → {_n(s['wan_retrans_split'])}", _n(s["wan_rto_split"]),
-                  "-" if s["efficiency_split"] is None else f"{s['efficiency_split']:.2f}")
-    con.print(t)
-
-
-def _s(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f} s"
-
-
-def _n(x: float | None) -> str:
-    return "-" if x is None else f"{x:g}"
-
 
 # -- CLI -------------------------------------------------------------------------------
 
@@ -729,7 +618,6 @@ def make_command(op: str) -> click.Command:
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")
         if make_report:
-            from .report import build_report
             html = build_report([out], out.with_suffix(""))
             con.print(f"report: {html}")
 

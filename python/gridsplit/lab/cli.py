@@ -10,6 +10,7 @@ import time
 import click
 from rich.table import Table
 
+from ..console import emit_json, out
 from ..errors import GridsplitError
 from .names import LabNames
 from . import realize
@@ -20,7 +21,6 @@ def _names() -> LabNames:
 
 
 def _console():
-    from ..cli import out
     return out
 
 
@@ -75,7 +75,6 @@ def status(as_json: bool) -> None:
     from .fault import active, describe
     faults = active(state.names)
     if as_json:
-        from ..cli import emit_json
         emit_json({"prefix": state.names.prefix, "created": state.data["created"], "topology": state.topo.to_dict(),
                    "hosts": [{"name": h.name, "site": h.site, "role": h.role, "ip": str(h.ip), "ns": state.ns(h)}
                              for h in state.topo.hosts()],
@@ -174,7 +173,6 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
         _P(out).parent.mkdir(parents=True, exist_ok=True)
         _P(out).write_text(_json.dumps({**report, "runs": runs if repeat > 1 else None}, indent=1))
     if as_json:
-        from ..cli import emit_json
         emit_json(report)
     else:
         render(report, _console())
@@ -234,7 +232,6 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
     after = C.snapshot_many(nss)
     deltas = {h.name: C.delta(before[state.ns(h)], after[state.ns(h)]) for h in hosts}
     if as_json:
-        from ..cli import emit_json
         emit_json({"command": cmd, "exit_code": rc, "interval_s": None if cmd else (interval or 1.0), "deltas": deltas})
     else:
         keys = sorted({k for d in deltas.values() for k in d}) if show_all else list(C.HEADLINE)

@@ -19,6 +19,7 @@ import click
 from rich.table import Table
 
 from ..bench.units import fmt_size, parse_size
+from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..sysdeps import repo_root
 
@@ -27,7 +28,6 @@ OUTDIR = Path("gridsplit-out/model")
 
 
 def _con():
-    from ..cli import out
     return out
 
 
@@ -147,7 +147,6 @@ def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, 
             raise GridsplitError("no gamma for this path in the shipped validation; give --gamma")
     preds = select(op, p, procs, m, gamma=gamma)
     if as_json:
-        from ..cli import emit_json
         emit_json({"op": op, "P": procs, "size": m, "path": path_kind, "params": ps.meta.get("source"),
                    "predictions": [{"algo": x.algo, "seconds": x.seconds, "segment": x.segment} for x in preds]})
         return
@@ -307,7 +306,6 @@ def advise(topology, nodes, scale, size, ops, params, validation, as_json) -> No
         raise GridsplitError("--size must be at least 1 byte")
     res = run(ps, v, topo, m, list(ops) or ["gather", "bcast", "alltoall"])
     if as_json:
-        from ..cli import emit_json
         emit_json(res)
         return
     con = _con()

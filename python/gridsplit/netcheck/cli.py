@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from ..console import emit_json, err
+from ..console import out as con
 from ..errors import GridsplitError
 from .diagnose import DEFAULT_THRESHOLDS
 
@@ -65,7 +67,6 @@ def netcheck(use_lab, hosts_file, from_file, pairs, one_way, out, resume, count,
       gridsplit netcheck --resume nc.json
       gridsplit netcheck --from nc.json --png nc/ --reference ../shared/reference
     """
-    from ..cli import emit_json, err, out as con
     from . import measure, render
 
     modes = [m for m, on in (("--lab", use_lab), ("--hosts", hosts_file), ("--from", from_file)) if on]

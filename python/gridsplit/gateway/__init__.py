@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .errors import GridsplitError
-from .topology import Topology
+from ..errors import GridsplitError
+from ..topology import Topology
 
 ADMIN = "127.0.0.1:7300"
 # A switched LAN's base round-trip time, for the LAN bandwidth-delay product in

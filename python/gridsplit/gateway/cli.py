@@ -15,10 +15,15 @@ import subprocess
 import click
 from rich.table import Table
 
-from . import sysdeps
-from .errors import GridsplitError
-from .gateway import ADMIN, fetch_status, gateway_toml
-from .topology import load_topology
+from .. import sysdeps
+from ..console import emit_json, out
+from ..errors import GridsplitError
+from ..lab.names import LabNames
+from ..lab.realize import gateway_status, load_state
+from ..netcheck.measure import load_report
+from ..netcheck.tuning import gateway_links
+from ..topology import load_topology
+from . import ADMIN, fetch_status, gateway_toml
 
 
 @click.group()
@@ -39,8 +44,6 @@ def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: s
     topo = load_topology(topology)
     measured = None
     if netcheck_file:
-        from .netcheck.measure import load_report
-        from .netcheck.tuning import gateway_links
         topo.site(site)
         measured = gateway_links(load_report(netcheck_file), site)
         if not measured:
@@ -56,22 +59,18 @@ def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: s
 def status(lab_site: str | None, url: str, as_json: bool) -> None:
     """Links, flows, WAN TCP state (tcp_info) and counters of one gateway."""
     if lab_site:
-        from .lab.names import LabNames
-        from .lab.realize import gateway_status, load_state
         names = LabNames.from_env()
         load_state(names).topo.site(lab_site)
         st = gateway_status(names, lab_site)
     else:
         st = fetch_status(url)
     if as_json:
-        from .cli import emit_json
         emit_json(st)
         return
     render_status(st, lab_site or url)
 
 
 def render_status(st: dict, name: str) -> None:
-    from .cli import out
     c = st.get("counters", {})
     out.print(f"gateway [bold]{st.get('site', name)}[/bold]: {c.get('flows_active', 0)} active flows, "
               f"{c.get('flows_opened', 0)} opened, {c.get('flows_reset', 0)} reset; relayed out "
