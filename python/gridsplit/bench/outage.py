@@ -102,8 +102,10 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
     if pair is None:
         pair = f"{topo.wans[0].a}:{topo.wans[0].b}"
     a, _, b = pair.partition(":")
-    nodes = [h.name for h in topo.hosts() if h.role == "node" and h.site in (a, b)]
-    if not any(h.startswith(a) for h in nodes) or not any(h.startswith(b) for h in nodes):
+    # The job spans every node of the grid; the blackout hits one site pair.
+    nodes = [h.name for h in topo.hosts() if h.role == "node"]
+    sites_with_nodes = {h.site for h in topo.hosts() if h.role == "node"}
+    if a not in sites_with_nodes or b not in sites_with_nodes:
         raise GridsplitError(f"--pair {pair}: both sites need nodes in lab {topo.name!r} "
                              f"(sites: {', '.join(s.name for s in topo.sites)})")
     prog = sysdeps.mpi_program(impl, "coll")
@@ -124,7 +126,7 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
                                  f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}")
         per_rep = min(per_rep, took / 20)
     reps = max(20, int(job_seconds / per_rep))
-    out.print(f"outage bench: {impl} {op} {size} on {len(nodes)} nodes of {pair}, {reps} repetitions "
+    out.print(f"outage bench: {impl} {op} {size} on {len(nodes)} nodes, blackouts of {pair}, {reps} repetitions "
               f"(about {job_seconds:g} s undisturbed), blackouts {lengths} s at +{at_s:g} s, {repeat} round(s)")
     meta = {"kind": KIND, "row": "meta", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": machine.facts(), "command": sys.argv, "topology": topo.to_dict(), "impl": impl, "op": op,
@@ -137,7 +139,7 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
         for length in lengths:
             for rnd in range(repeat):
                 for mode in ("direct", "split"):
-                    before = {s: _counters(names, s) for s in (a, b)}
+                    before = {s: _counters(names, s) for s in gw_sites}
                     limit = 3 * job_seconds + length + 300
                     p_cmd = job(mode, reps, limit)
                     t0 = time.monotonic()
@@ -164,8 +166,8 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
                         if rest > 0:
                             time.sleep(rest + 1)
                         subprocess.run([*gridsplit, "lab", "fault", "clear"], capture_output=True, text=True)
-                    after = {s: _counters(names, s) for s in (a, b)}
-                    delta = {s: {k: after[s][k] - before[s][k] for k in after[s]} for s in (a, b)}
+                    after = {s: _counters(names, s) for s in gw_sites}
+                    delta = {s: {k: after[s][k] - before[s][k] for k in after[s]} for s in gw_sites}
                     row = {"kind": KIND, "row": "run", "mode": mode, "blackout_s": length, "round": rnd,
                            "exit": code, "completed": code == 0, "verified": code == 0 and "mismatch" not in text,
                            "wall_s": round(took, 3), "fault_at_s": fault_at,
