@@ -150,7 +150,7 @@ pub fn prometheus(shared: &Shared) -> String {
             "gridsplit_link_down_seconds",
             "gauge",
             "seconds the peer's session has been without a connection (0 when up)",
-            |l| format!("{:.3}", l.status().down_seconds.unwrap_or(0.0)),
+            |l| format!("{:.3}", l.down_seconds().unwrap_or(0.0)),
         ),
         (
             "gridsplit_link_reconnects_total",

@@ -255,10 +255,7 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
             .metrics
             .wan_bytes_replayed
             .fetch_add(replayed, Ordering::Relaxed);
-        let down = match *link.state.borrow() {
-            State::Down(t) => t.elapsed().as_secs_f64(),
-            State::Up => 0.0,
-        };
+        let down = link.down_seconds().unwrap_or(0.0);
         info!(peer = %link.peer, %remote, session = format!("{:016x}", link.session), down_s = format!("{down:.1}"),
             replayed, flows = link.flow_count(), "WAN link resumed");
     } else {

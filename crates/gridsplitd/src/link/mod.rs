@@ -274,6 +274,14 @@ impl Link {
         !self.is_closed() && *self.state.borrow() == State::Up
     }
 
+    /// Seconds the session has been without a connection; None while it has one.
+    pub fn down_seconds(&self) -> Option<f64> {
+        match *self.state.borrow() {
+            State::Up => None,
+            State::Down(t) => Some(t.elapsed().as_secs_f64()),
+        }
+    }
+
     /// Bytes of the peer's stream handled so far.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
@@ -318,10 +326,7 @@ impl Link {
                 State::Down(_) => "reconnecting",
             },
             session: format!("{:016x}", self.session),
-            down_seconds: match state {
-                State::Up => None,
-                State::Down(t) => Some(t.elapsed().as_secs_f64()),
-            },
+            down_seconds: self.down_seconds(),
             outage_limit_s: self.outage_limit.as_secs_f64(),
             remote: conn.as_ref().map(|c| c.remote.to_string()),
             up_seconds: self.since.elapsed().as_secs_f64(),
