@@ -210,3 +210,64 @@ def test_measure_predict_validate_in_the_lab(lab, tmp_path):
     assert res["lan"]["errors"]["ge_64K"]["median"] < 1.0
     assert res["grid"]["points"] and res["grid"]["errors"]["ge_64K"]["median"] < 1.0
     assert (out / "fig02-bcast-binomial.png").stat().st_size > 10000
+
+
+GW_TOPO = """
+name = "gwnic"
+[defaults]
+nic_mbps = 100
+gateway = true
+[[site]]
+name = "far"
+nodes = 4
+[[site]]
+name = "root"
+nodes = 1
+[[wan]]
+sites = ["far", "root"]
+rtt_ms = 10
+rate_mbps = 1000
+"""
+
+
+def _gw_topo(extra: str = ""):
+    import tomllib
+    from gridsplit.topology import parse_topology
+    return parse_topology(tomllib.loads(GW_TOPO.replace("gateway = true\n", "gateway = true\n" + extra)), "gwnic.toml")
+
+
+def test_advise_carries_split_parameters_to_the_gateways_nic():
+    """Split parameters scale with the split path's bottleneck, which holds the gateways' NICs;
+    direct (wan) parameters do not see them."""
+    from gridsplit.model.advise import carry_over
+    measured = _gw_topo()
+    ps = ParamSet({"lan": linear("lan"), "wan": linear("wan", 5 * MS), "split": linear("split", 5 * MS)},
+                  {"topology": measured.to_dict()})
+    m = 1_000_000
+    g0 = {k: ps.path(k).g(m) - ps.path(k).g(0) for k in ("wan", "split")}
+
+    same, notes = carry_over(ps, measured, "root", "far")
+    assert not notes and same.path("split").g(m) == ps.path("split").g(m)
+
+    # Gateways at half the nodes' rate: the split path's per-byte gap doubles, the direct path's does not move.
+    slow, notes = carry_over(ps, _gw_topo("gateway_nic_mbps = 50\n"), "root", "far")
+    assert slow.path("split").g(m) - slow.path("split").g(0) == pytest.approx(2 * g0["split"])
+    assert slow.path("wan").g(m) == ps.path("wan").g(m) and slow.path("lan").g(m) == ps.path("lan").g(m)
+    assert len(notes) == 1 and "split parameters" in notes[0] and "from a 100 to a 50 Mb/s" in notes[0]
+
+    # Faster gateways do not lift a path the nodes' NICs still cap.
+    fast, notes = carry_over(ps, _gw_topo("gateway_nic_mbps = 400\n"), "root", "far")
+    assert not notes and fast.path("split").g(m) == ps.path("split").g(m)
+
+    # Measured with slow gateways, asked with default ones: split gaps shrink by the same ratio.
+    ps_slow = ParamSet(ps.paths, {"topology": _gw_topo("gateway_nic_mbps = 50\n").to_dict()})
+    back, notes = carry_over(ps_slow, measured, "root", "far")
+    assert back.path("split").g(m) - back.path("split").g(0) == pytest.approx(g0["split"] / 2)
+    assert back.path("wan").g(m) == ps.path("wan").g(m) and len(notes) == 1
+
+    # Parameter files written before gateway_nic_mbps: the gateways ran at the sites' NIC rate.
+    old = measured.to_dict()
+    for s in old["sites"]:
+        del s["gateway_nic_mbps"]
+    same, notes = carry_over(ParamSet(ps.paths, {"topology": old}), measured, "root", "far")
+    assert not notes and same.path("split").g(m) == ps.path("split").g(m)

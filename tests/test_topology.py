@@ -133,3 +133,120 @@ def test_cli_unknown_preset():
     cp = subprocess.run([sys.executable, "-m", "gridsplit", "lab", "up", "--topology", "nosuch"],
                         text=True, capture_output=True)
     assert cp.returncode == 2 and "no such preset or file; presets: paper, g5k9, mini" in cp.stderr
+
+
+# -- the gateway's own NIC (gateway_nic_mbps) --------------------------------
+
+GW = """
+[defaults]
+nic_mbps = 1000
+gateway = true
+[[site]]
+name = "a"
+nodes = 2
+[[site]]
+name = "b"
+nodes = 1
+nic_mbps = 500
+[[wan]]
+sites = ["a", "b"]
+rtt_ms = 10
+rate_mbps = 10000
+"""
+
+
+def _gw(text: str, scale: float | None = None):
+    data = tomllib.loads(text)
+    if scale is not None:
+        data["scale"] = scale
+    return parse_topology(data, "gw.toml")
+
+
+def test_gateway_nic_defaults_to_the_sites_nic():
+    t = _gw(GW)
+    assert [s.gateway_nic_mbps for s in t.sites] == [1000, 500]  # each site's own nic_mbps, not [defaults]'
+    assert t.host("a-gw").nic_mbps == 1000 and t.host("b-gw").nic_mbps == 500
+    assert t.bottleneck_mbps(t.host("a-gw"), t.host("b-gw")) == 500
+
+
+def test_gateway_nic_explicit_and_in_defaults():
+    t = _gw(GW.replace('name = "a"\n', 'name = "a"\ngateway_nic_mbps = 4000\n'))
+    a = t.site("a")
+    assert (a.nic_mbps, a.gateway_nic_mbps) == (1000, 4000)
+    assert t.host("a-gw").nic_mbps == 4000 and t.host("a-gw").role == "gateway"
+    assert all(h.nic_mbps == 1000 for h in t.hosts() if h.site == "a" and h.role == "node")
+    assert t.site("b").gateway_nic_mbps == 500
+    # [defaults] sets every site's gateway NIC; a site's own value wins.
+    t = _gw(GW.replace("gateway = true\n", "gateway = true\ngateway_nic_mbps = 2000\n")
+              .replace('name = "b"\n', 'name = "b"\ngateway_nic_mbps = 3000\n'))
+    assert [s.gateway_nic_mbps for s in t.sites] == [2000, 3000]
+    assert [h.nic_mbps for h in t.hosts() if h.role == "gateway"] == [2000, 3000]
+    # The gateway's NIC is on the gateway-to-gateway path.
+    assert t.bottleneck_mbps(t.host("a-gw"), t.host("b-gw")) == 2000
+    assert t.bottleneck_mbps(t.host("a-1"), t.host("b-1")) == 500
+
+
+def test_gateway_nic_is_scaled_and_survives_with_nodes_and_to_dict():
+    text = GW.replace('name = "a"\n', 'name = "a"\ngateway_nic_mbps = 4000\nmax_nodes = 8\n')
+    t = _gw(text, scale=10)
+    a = t.site("a")
+    assert (a.nic_mbps, a.gateway_nic_mbps) == (100, 400) and t.site("b").gateway_nic_mbps == 50
+    t6 = t.with_nodes(6)
+    assert t6.site("a").nodes == 6 and t6.host("a-gw").nic_mbps == 400
+    d = t6.to_dict()
+    assert [s["gateway_nic_mbps"] for s in d["sites"]] == [400, 50]
+    assert [s["nic_mbps"] for s in d["sites"]] == [100, 50]
+    # Presets carry it too (the default: their nic_mbps).
+    assert all(s["gateway_nic_mbps"] == s["nic_mbps"] for s in load_topology("paper").to_dict()["sites"])
+
+
+GW_BAD = [
+    (GOOD.replace('name = "a"\n', 'name = "a"\ngateway_nic_mbps = -5\n'),
+     "site[0].gateway_nic_mbps: must be > 0, got -5; e.g. gateway_nic_mbps = 4000"),
+    (GOOD.replace('name = "a"\n', 'name = "a"\ngateway_nic_mbps = 0\n'),
+     "site[0].gateway_nic_mbps: must be > 0, got 0; e.g. gateway_nic_mbps = 4000"),
+    (GOOD.replace('name = "b"\n', 'name = "b"\ngateway_nic_mbps = "fast"\n'),
+     "site[1].gateway_nic_mbps: must be a number, got 'fast'; e.g. gateway_nic_mbps = 4000"),
+    ('[defaults]\ngateway_nic_mbps = true\n' + GOOD,
+     "defaults.gateway_nic_mbps: must be a number, got True; e.g. gateway_nic_mbps = 4000"),
+    ('[defaults]\ngateway_nic_mbps = -1\n' + GOOD,
+     "defaults.gateway_nic_mbps: must be > 0, got -1; e.g. gateway_nic_mbps = 4000"),
+    (GOOD.replace('name = "a"\n', 'name = "a"\ngateway_nic_mbp = 4000\n'),
+     "site[0].gateway_nic_mbp: unknown key; did you mean 'gateway_nic_mbps'?"),
+]
+
+
+@pytest.mark.parametrize("text,expect", GW_BAD, ids=[e for _, e in GW_BAD])
+def test_bad_gateway_nic_is_one_line_with_the_fix(tmp_path, text, expect):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(GridsplitError) as ei:
+        load_topology(str(p))
+    assert str(ei.value) == f"{p}: {expect}"
+
+
+def test_lab_shapes_the_gateway_nic_and_its_switch_port(monkeypatch, tmp_path):
+    """realize._build with its shell calls recorded instead of run: the gateway's
+    NIC and the switch port toward it get gateway_nic_mbps, nodes keep nic_mbps."""
+    from gridsplit.lab import realize
+    from gridsplit.lab.names import LabNames
+    tc: dict[str, list[str]] = {}
+    monkeypatch.setattr(realize, "tc_batch", lambda ns, lines: tc.setdefault(ns, []).extend(lines))
+    for fn in ("run", "ip_batch", "in_ns", "_sysctl"):
+        monkeypatch.setattr(realize, fn, lambda *a, **k: None)
+    monkeypatch.setattr(LabNames, "netns_etc", staticmethod(lambda ns: tmp_path / ns))
+    t = _gw(GW.replace('name = "a"\n', 'name = "a"\ngateway_nic_mbps = 2000\n'), scale=10)
+    names = LabNames("gsx")
+    realize._build(t, names, lambda m: None)
+
+    def rate(ns: str, dev: str) -> int:
+        line = next(l for l in tc[ns] if f" dev {dev} " in l)
+        return int(line.split(" rate ")[1].split("bit")[0])
+
+    assert rate("gsx-a-gw", "eth0") == 200e6 and rate("gsx-a-sw", "hgw") == 200e6
+    assert rate("gsx-a-1", "eth0") == 100e6 and rate("gsx-a-sw", "h1") == 100e6
+    assert rate("gsx-b-gw", "eth0") == 50e6 and rate("gsx-b-sw", "hgw") == 50e6  # default: b's own nic_mbps
+    port = next(l for l in tc["gsx-a-sw"] if " dev hgw " in l)
+    assert port.endswith(f"limit {t.site('a').switch_buffer_bytes}")  # the site's port buffer, in bytes
+    nic = next(l for l in tc["gsx-a-gw"] if " dev eth0 " in l)
+    assert f"peakrate {int(200e6 * realize.NIC_PEAK)}bit" in nic

@@ -64,12 +64,19 @@ class Site:
     nodes: int
     max_nodes: int | None
     nic_mbps: float
+    # The gateway host's NIC (`gateway_nic_mbps`, default: the site's nic_mbps);
+    # set even without a gateway, so that a model can assume one is added.
+    gateway_nic_mbps: float
     switch_buffer_bytes: int
     nic_queue_bytes: int
     uplink_mbps: float
     gateway: bool
     tcp: TcpSettings
     subnet: ipaddress.IPv4Network
+
+    def host_nic_mbps(self, role: str) -> float:
+        """The NIC rate of this site's host of `role` ("node" or "gateway"): the one place it is chosen."""
+        return self.gateway_nic_mbps if role == "gateway" else self.nic_mbps
 
     @property
     def router_ip(self) -> ipaddress.IPv4Address:
@@ -198,9 +205,9 @@ class Topology:
         out = []
         for s in self.sites:
             for k in range(1, s.nodes + 1):
-                out.append(Host(f"{s.name}-{k}", s.name, "node", s.node_ip(k), s.nic_mbps))
+                out.append(Host(f"{s.name}-{k}", s.name, "node", s.node_ip(k), s.host_nic_mbps("node")))
             if s.gateway:
-                out.append(Host(f"{s.name}-gw", s.name, "gateway", s.gateway_ip, s.nic_mbps))
+                out.append(Host(f"{s.name}-gw", s.name, "gateway", s.gateway_ip, s.host_nic_mbps("gateway")))
         return out
 
     def nodes(self) -> list[Host]:
@@ -266,7 +273,8 @@ class Topology:
             return self
         b = lambda n: max(int(n / factor), 1514)
         sites = tuple(replace(
-            s, nic_mbps=s.nic_mbps / factor, uplink_mbps=s.uplink_mbps / factor,
+            s, nic_mbps=s.nic_mbps / factor, gateway_nic_mbps=s.gateway_nic_mbps / factor,
+            uplink_mbps=s.uplink_mbps / factor,
             switch_buffer_bytes=b(s.switch_buffer_bytes),
             tcp=replace(s.tcp, rmem_max=max(int(s.tcp.rmem_max / factor), 4096),
                         wmem_max=max(int(s.tcp.wmem_max / factor), 4096)))
@@ -282,7 +290,7 @@ class Topology:
             "scale": self.scale,
             "sites": [
                 {
-                    "name": s.name, "nodes": s.nodes, "nic_mbps": s.nic_mbps,
+                    "name": s.name, "nodes": s.nodes, "nic_mbps": s.nic_mbps, "gateway_nic_mbps": s.gateway_nic_mbps,
                     "switch_buffer_bytes": s.switch_buffer_bytes, "nic_queue_bytes": s.nic_queue_bytes,
                     "uplink_mbps": s.uplink_mbps, "gateway": s.gateway, "subnet": str(s.subnet),
                     "tcp": {"rmem_max": s.tcp.rmem_max, "wmem_max": s.tcp.wmem_max,
@@ -336,12 +344,13 @@ class _Reader:
         v = self.table[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             self.fail(key, f"must be a number, got {v!r}{'; e.g. ' + example if example else ''}")
+        fix = f"; e.g. {example}" if example else ""
         if positive and v <= 0:
-            self.fail(key, f"must be > 0, got {v!r}")
+            self.fail(key, f"must be > 0, got {v!r}{fix}")
         if lo is not None and v < lo:
-            self.fail(key, f"must be ≥ {lo}, got {v!r}")
+            self.fail(key, f"must be ≥ {lo}, got {v!r}{fix}")
         if hi is not None and v > hi:
-            self.fail(key, f"must be ≤ {hi}, got {v!r}")
+            self.fail(key, f"must be ≤ {hi}, got {v!r}{fix}")
         return v
 
     def integer(self, key: str, default: int | None = None, **kw: Any) -> int:
@@ -381,7 +390,7 @@ class _Reader:
         return net
 
 
-SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
+SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "gateway_nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
              "uplink_mbps", "gateway", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
@@ -429,7 +438,8 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         addressing.fail("wan", f"{wan_block} overlaps addressing.sites {sites_block}; pick disjoint ranges")
 
     d = _Reader(src, "defaults", data.get("defaults", {}), DEFAULT_KEYS)
-    dnic = d.number("nic_mbps", 1000.0, hi=100000)
+    dnic = d.number("nic_mbps", 1000.0, hi=100000, example="nic_mbps = 1000")
+    dgwnic = d.number("gateway_nic_mbps", 0.0, hi=100000, example="gateway_nic_mbps = 4000")  # 0: the site's nic_mbps
     dbuf = d.integer("switch_buffer_bytes", 262144, lo=1514)
     # 1000 full frames, Linux's default txqueuelen: more than TCP Small Queues
     # lets one flow put there (tcp_limit_output_bytes, 1 MB), so a host never
@@ -469,9 +479,11 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             r.fail("nodes", "a site needs at least one node or a gateway")
         if i + 1 >= len(subnets):
             r.fail("name", f"too many sites for addressing.sites {sites_block}")
+        nic = r.number("nic_mbps", dnic, hi=100000, example="nic_mbps = 1000")
         sites.append(Site(
             name=sname, index=i + 1, nodes=nodes, max_nodes=max_nodes,
-            nic_mbps=r.number("nic_mbps", dnic, hi=100000, example="nic_mbps = 1000"),
+            nic_mbps=nic,
+            gateway_nic_mbps=r.number("gateway_nic_mbps", dgwnic or nic, hi=100000, example="gateway_nic_mbps = 4000"),
             switch_buffer_bytes=r.integer("switch_buffer_bytes", dbuf, lo=1514, example="switch_buffer_bytes = 262144"),
             nic_queue_bytes=r.integer("nic_queue_bytes", dq, lo=1514),
             uplink_mbps=r.number("uplink_mbps", dup, positive=False, lo=0, hi=100000),

@@ -125,7 +125,7 @@ def check_buffer(state: LabState, seconds: float = 3.0) -> list[dict[str, Any]]:
     site = max(topo.sites, key=lambda s: s.nodes + s.gateway)
     hs = [h for h in topo.hosts() if h.site == site.name]
     target = hs[0]
-    rate = site.nic_mbps
+    rate = target.nic_mbps
     expect_ms = site.switch_buffer_bytes * 8 / (rate * 1e6) * 1000
     # Offered load 1.8x the port rate keeps the queue full even when this VM
     # deschedules a sender for a millisecond; each sender stays below its own

@@ -88,7 +88,8 @@ def status(as_json: bool) -> None:
     for s in state.topo.sites:
         t.add_row(s.name, str(s.subnet), str(s.nodes), f"{s.nic_mbps:g} Mb/s", f"{s.switch_buffer_bytes} B",
                   f"{s.tcp.rmem_max}/{s.tcp.wmem_max}", s.tcp.congestion,
-                  str(s.gateway_ip) if s.gateway else "-")
+                  (f"{s.gateway_ip}" + (f" ({s.gateway_nic_mbps:g} Mb/s)" if s.gateway_nic_mbps != s.nic_mbps else ""))
+                  if s.gateway else "-")
     con.print(t)
     t = Table("WAN link", "RTT", "rate", "buffer", "loss", "packets a→b / b→a", "late", "worst late")
     by_name: dict[str, list] = {}

@@ -315,7 +315,8 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             hns, port = names.host_ns(h), N.sw_port(h)
             sw_lines += [f"link add {port} type veth peer name {N.HOST_IF} netns {hns}",
                          f"link set dev {port} master {N.BRIDGE}", f"link set dev {port} up"]
-            sw_tc.append(tbf_line(port, site.nic_mbps, site.switch_buffer_bytes, "switch"))
+            # The port runs at the host's NIC rate (a gateway's: gateway_nic_mbps).
+            sw_tc.append(tbf_line(port, h.nic_mbps, site.switch_buffer_bytes, "switch"))
         sw_lines += [f"link add {N.SW_UPLINK} type veth peer name {N.RT_LAN} netns {rt}",
                      f"link set dev {N.SW_UPLINK} master {N.BRIDGE}", f"link set dev {N.SW_UPLINK} up"]
         sw_tc.append(tbf_line(N.SW_UPLINK, site.uplink_mbps, site.switch_buffer_bytes, "switch"))
@@ -336,7 +337,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
                            f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_route}",
                            f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
             in_ns(hns, ["ethtool", "-K", N.HOST_IF, "tso", "off", "gso", "off", "gro", "off"])
-            tc_batch(hns, [tbf_line(N.HOST_IF, site.nic_mbps, site.nic_queue_bytes, "nic")])
+            tc_batch(hns, [tbf_line(N.HOST_IF, h.nic_mbps, site.nic_queue_bytes, "nic")])
             extra = {"net.ipv4.tcp_no_metrics_save": "1"}
             if h.role == "gateway":
                 # Tuned like a real gateway host (docs/deployment.md).

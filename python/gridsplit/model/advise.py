@@ -10,7 +10,9 @@ When the asked topology is not the one the parameters were measured on, the
 parameters are carried over, not re-measured: the WAN latency is shifted by
 the difference in half round trips, and the per-byte part of every gap (what
 the message's size adds above g(0)) is scaled by the ratio of bottleneck
-rates. The answer then says it is extrapolated and widens its error band.
+rates. Split parameters use the split path's bottleneck, which also holds both
+gateways' NICs (`gateway_nic_mbps`): every relayed byte crosses them. The
+answer then says it is extrapolated and widens its error band.
 """
 
 from __future__ import annotations
@@ -103,21 +105,28 @@ def carry_over(ps: ParamSet, topo: Topology, root: str, remote: str) -> tuple[Pa
         s_wan = src["wan"][0]
         s_rtt = float(s_wan["delay_ms_ab"]) + float(s_wan["delay_ms_ba"])
         s_bottle = min(s_nic, float(s_wan["rate_mbps"]), min(float(s["nic_mbps"]) for s in src["sites"]))
+        # Files written before gateway_nic_mbps existed: the gateways ran at the sites' NIC rate.
+        s_split = min(s_bottle, min(float(s.get("gateway_nic_mbps", s["nic_mbps"])) for s in src["sites"]))
     except (KeyError, IndexError, TypeError, ValueError):
         raise GridsplitError("the parameter file does not record the topology it was measured on; measure it with `gridsplit model measure`") from None
     t_nic = topo.site(remote).nic_mbps
     w = topo.wan(root, remote)
     t_bottle = min(t_nic, topo.site(root).nic_mbps, w.rate_mbps, topo.site(remote).uplink_mbps)
-    lan_f, wan_f, dL = s_nic / t_nic, s_bottle / t_bottle, (w.rtt_ms - s_rtt) / 2e3
+    t_split = min(t_bottle, topo.site(root).gateway_nic_mbps, topo.site(remote).gateway_nic_mbps)
+    lan_f, dL = s_nic / t_nic, (w.rtt_ms - s_rtt) / 2e3
+    factor = {"wan": s_bottle / t_bottle, "split": s_split / t_split}
     paths = dict(ps.paths)
     if abs(lan_f - 1) > 1e-9:
         paths["lan"] = _adapt(ps.paths["lan"], 0.0, lan_f)
         notes.append(f"LAN gaps scaled from {s_nic:g} to {t_nic:g} Mb/s NICs")
     for k in ("wan", "split"):
-        if k in paths and (abs(wan_f - 1) > 1e-9 or abs(dL) > 1e-6):
-            paths[k] = _adapt(ps.paths[k], dL, wan_f)
-    if abs(wan_f - 1) > 1e-9 or abs(dL) > 1e-6:
+        if k in paths and (abs(factor[k] - 1) > 1e-9 or abs(dL) > 1e-6):
+            paths[k] = _adapt(ps.paths[k], dL, factor[k])
+    if abs(factor["wan"] - 1) > 1e-9 or abs(dL) > 1e-6:
         notes.append(f"WAN parameters carried over from RTT {s_rtt:g} ms / {s_bottle:g} Mb/s to RTT {w.rtt_ms:g} ms / {t_bottle:g} Mb/s")
+    if "split" in paths and abs(factor["split"] - factor["wan"]) > 1e-9:
+        notes.append(f"split parameters carried over from a {s_split:g} to a {t_split:g} Mb/s bottleneck "
+                     f"(the gateways' NICs are on the split path)")
     return ParamSet(paths, ps.meta), notes
 
 
