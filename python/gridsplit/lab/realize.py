@@ -439,6 +439,18 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     return pids
 
 
+def _raise_nofile() -> None:
+    """In spawn_gateway's child: a gateway holds one descriptor per flow, so give it
+    deploy/gridsplitd.service's LimitNOFILE (1048576) where allowed (CAP_SYS_RESOURCE),
+    else the hard limit; the inherited soft limit (often 1024) caps a lab's flows."""
+    import resource
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def spawn_gateway(names: LabNames, gridsplitd: str, site: str, rt: int, append: bool = False) -> int:
     """Start one site's gridsplitd from its config in the state directory; its PID
     (`ip netns exec` and `chrt` exec it). `append` keeps the log of an earlier run."""
@@ -447,7 +459,7 @@ def spawn_gateway(names: LabNames, gridsplitd: str, site: str, rt: int, append: 
     ns = names.host_ns(f"{site}-gw")
     proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config",
                              str(names.state_dir / f"gw-{site}.toml")],
-                            stdout=log, stderr=log, start_new_session=True)
+                            stdout=log, stderr=log, start_new_session=True, preexec_fn=_raise_nofile)
     log.close()
     return proc.pid
 
