@@ -6,6 +6,7 @@ import click
 
 from .outage import outage
 from .relay import relay
+from .scale import scale
 from .sweep import iter_ops
 
 
@@ -18,3 +19,4 @@ for _cmd in iter_ops():
     bench.add_command(_cmd)
 bench.add_command(relay)
 bench.add_command(outage)
+bench.add_command(scale)

@@ -1,0 +1,687 @@
+"""`gridsplit bench scale`: how far one gateway scales in flows (issue 21).
+
+A job of 256 ranks per site on two sites opens up to 65,536 cross-site
+connections. This runs two gridsplitd processes on loopback (sites
+127.K.1.0/24 and 127.K.2.0/24, free ports, configs in a temporary directory)
+and gsload (crates/gsload), which opens many LAN connections through them, as
+libgridsplit.so would, to sinks behind the far gateway, and measures:
+
+  * memory per idle flow: each gateway's VmRSS (and VmSize, RssAnon, open fds)
+    from /proc/PID/status before and after N idle flows, divided by N;
+  * the most concurrent flows reached (steps, e.g. 10,000 then 20,000);
+  * new flows per second: GSq1 → GSa1 plus a 16-byte hello echoed end to end,
+    every flow checked (the sink compares the GSo1 origin with the client's
+    address, the client the echo with what it sent);
+  * round-trip latency (p50/p99/p99.9) of small messages on a few active flows
+    while the N idle flows are open;
+  * the gateways' /metrics (flows_active etc.) at each point, and that every
+    flow is gone once the clients closed them.
+
+Before the measured runs a probe starts the gateways with the product's default
+[limits] and counts how many flows they admit (`--probe-defaults`).
+
+Every process started here gets RLIMIT_NOFILE raised (`--nofile`, soft = hard),
+since 20,000 flows need 20,000 descriptors in each gateway and twice that in
+gsload, and is stopped by its PID on exit, failure, Ctrl-C or SIGTERM.
+Results: OUT/DATE-HOST.jsonl (a meta row, one row per step and repeat, one per
+repeat, probe rows, a summary row) and OUT/DATE-HOST.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from gridsplit import machine
+from gridsplit.console import err, out
+
+SCHEMA = "gridsplit.scale/1"
+ROOT = Path(__file__).resolve().parents[3]
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# Targets of issue 21 (per gateway).
+TARGET_FLOWS = 10_000
+TARGET_OPEN_RATE = 1_000.0
+SINKS = 4  # sink listeners 127.K.2.20-23
+
+
+class ScaleError(Exception):
+    """A failure worth one line to the user (no traceback)."""
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: unwind like Ctrl-C so that every process is stopped."""
+
+
+# ------------------------------------------------------------------ processes
+
+
+@dataclass
+class Processes:
+    """Processes of one run, stopped by PID in reverse start order."""
+
+    logdir: Path
+    nofile: int
+    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+
+    def _limits(self) -> None:
+        # In the child, before exec: the descriptors every flow needs. Above the
+        # hard limit only with CAP_SYS_RESOURCE; else as far as the hard limit
+        # goes (the limit each process got is read back and recorded).
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        except (ValueError, OSError):
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    def start(self, name: str, argv: list[str], pipes: bool = False) -> subprocess.Popen:
+        log = open(self.logdir / f"{name}.log", "wb")
+        p = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipes else log,
+            stderr=log,
+            start_new_session=True,  # Ctrl-C reaches only us; we stop the children
+            preexec_fn=self._limits,
+            text=pipes,
+        )
+        log.close()
+        self.procs.append((name, p))
+        return p
+
+    def check(self) -> None:
+        for name, p in self.procs:
+            if p.poll() is not None:
+                raise ScaleError(f"{name} exited with status {p.returncode}: {self.tail(name)}")
+
+    def tail(self, name: str) -> str:
+        t = (self.logdir / f"{name}.log").read_text(errors="replace").strip()
+        return t.splitlines()[-1] if t else "(no output)"
+
+    def stop(self) -> None:
+        for _, p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5
+        for _, p in reversed(self.procs):
+            try:
+                p.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs.clear()
+
+
+def nofile_of(pid: int) -> int | None:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    return None
+
+
+def proc_sample(pid: int) -> dict:
+    """Memory, descriptors and CPU time of a process, from /proc."""
+    st = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "RssAnon", "VmSize", "VmHWM", "VmData"):
+            st[k] = int(v.split()[0])  # kB
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    f = stat[stat.rindex(")") + 2 :].split()
+    return {
+        "rss_kb": st["VmRSS"], "rss_anon_kb": st.get("RssAnon"), "vmsize_kb": st["VmSize"],
+        "vmdata_kb": st.get("VmData"), "hwm_kb": st["VmHWM"],
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "cpu_s": (int(f[11]) + int(f[12])) / TICK,
+    }
+
+
+def sockstat() -> dict:
+    """System-wide TCP sockets and their kernel memory (pages -> kB), /proc/net/sockstat."""
+    for line in Path("/proc/net/sockstat").read_text().splitlines():
+        if line.startswith("TCP:"):
+            p = line.split()[1:]
+            d = {p[i]: int(p[i + 1]) for i in range(0, len(p) - 1, 2)}
+            return {"inuse": d.get("inuse"), "tw": d.get("tw"), "mem_kb": d.get("mem", 0) * PAGE // 1024}
+    return {}
+
+
+def metrics(admin: str) -> dict:
+    """The gateway's /metrics: unlabelled gauges and counters, and non-zero labelled ones."""
+    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, v = line.rpartition(" ")
+        try:
+            val = float(v)
+        except ValueError:
+            continue
+        if "{" in name and val == 0:
+            continue
+        m[name.removeprefix("gridsplit_")] = int(val) if val == int(val) else val
+    return m
+
+
+def free_port(ip: str) -> int:
+    s = socket.socket()
+    try:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+    except OSError as e:
+        raise ScaleError(f"cannot bind {ip}: {e.strerror}") from None
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------ set-up
+
+
+@dataclass
+class Plan:
+    k: int
+    per_flow_buffer: int | None  # None: the product's default [limits]
+    total_buffer: int | None
+    strategy: str
+    threads: int | None
+
+    def ip(self, site: int, host: int) -> str:
+        return f"127.{self.k}.{site}.{host}"
+
+
+def write_configs(d: Path, plan: Plan) -> dict:
+    """Configs of both gateways on fresh free ports; returns their addresses."""
+    (d / "psk").write_text(secrets.token_hex(32))
+    gw = {}
+    for site, name in ((1, "alpha"), (2, "beta")):
+        own = plan.ip(site, 254)
+        admin_ip = f"127.{plan.k}.0.{site}"
+        gw[name] = {"lan": (own, free_port(own)), "wan": (own, free_port(own)),
+                    "admin": f"{admin_ip}:{free_port(admin_ip)}"}
+    limits = ""
+    if plan.per_flow_buffer is not None:
+        limits = f"[limits]\nper_flow_buffer = {plan.per_flow_buffer}\ntotal_buffer = {plan.total_buffer}\n"
+    for site, name in ((1, "alpha"), (2, "beta")):
+        g = gw[name]
+        sites = "".join(
+            f'[[site]]\nname = "{n}"\nsubnet = "127.{plan.k}.{s}.0/24"\n'
+            f'gateway_lan = "{gw[n]["lan"][0]}:{gw[n]["lan"][1]}"\n'
+            f'gateway_wan = "{gw[n]["wan"][0]}:{gw[n]["wan"][1]}"\n'
+            for s, n in ((1, "alpha"), (2, "beta")))
+        text = (f"# Generated by gridsplit bench scale: loopback sites.\n[gateway]\nsite = \"{name}\"\n"
+                f'lan_listen = "{g["lan"][0]}:{g["lan"][1]}"\nwan_listen = "{g["wan"][0]}:{g["wan"][1]}"\n'
+                f'admin_listen = "{g["admin"]}"\nstrategy = "{plan.strategy}"\npsk_file = "{d / "psk"}"\n'
+                f"{limits}[wan]\nbandwidth_bps = 1000000000\nrtt_ms = 1.0\n{sites}")
+        (d / f"{name}.toml").write_text(text)
+        g["config"] = d / f"{name}.toml"
+    return gw
+
+
+def wait_link(admin: str, procs: Processes, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check()
+        try:
+            with urllib.request.urlopen(f"http://{admin}/status", timeout=1) as r:
+                if json.load(r).get("links"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise ScaleError(f"the gateways did not bring up their WAN link in {timeout:.0f} s")
+
+
+def binaries(no_build: bool) -> tuple[Path, Path]:
+    """gridsplitd ($GRIDSPLITD, else target/release) and gsload ($GSLOAD, else
+    target/release); `cargo build --release -p gsload -p gridsplitd` if one is missing."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    target = target if target.is_absolute() else ROOT / target
+    gsd = Path(os.environ["GRIDSPLITD"]) if os.environ.get("GRIDSPLITD") else target / "release/gridsplitd"
+    gsl = Path(os.environ["GSLOAD"]) if os.environ.get("GSLOAD") else target / "release/gsload"
+    missing = [p for p in (gsd, gsl) if not p.is_file()]
+    if missing and not no_build:
+        err.print("[dim]building gsload and gridsplitd (cargo build --release -p gsload -p gridsplitd)[/dim]")
+        r = subprocess.run(["cargo", "build", "--release", "-p", "gsload", "-p", "gridsplitd"],
+                           cwd=ROOT, capture_output=True, text=True)
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"]
+            raise ScaleError(f"cargo build --release -p gsload -p gridsplitd failed: {last[0]}")
+    for p in (gsd, gsl):
+        if not p.is_file():
+            raise ScaleError(f"{p} is missing: cargo build --release -p gsload -p gridsplitd")
+    return gsd, gsl
+
+
+def binary_facts(p: Path) -> dict:
+    h = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    mtime = _dt.datetime.fromtimestamp(p.stat().st_mtime, _dt.timezone.utc).isoformat(timespec="seconds")
+    return {"path": str(p), "sha256_16": h, "built": mtime}
+
+
+# ------------------------------------------------------------------ one run
+
+
+def one_run(gsd: Path, gsl: Path, plan: Plan, nofile: int, steps: list[int], active: int, seconds: float,
+            msg_size: int, concurrency: int, rate: float, open_timeout_ms: int, gsload_threads: int,
+            on_event=None) -> dict:
+    """Two gateways and gsload, from start to a clean stop; returns every sample and event."""
+    tmp = Path(tempfile.mkdtemp(prefix="gridsplit-bench-scale-"))
+    procs = Processes(tmp, nofile)
+    events: list[dict] = []
+    samples: list[dict] = []
+    try:
+        gw = write_configs(tmp, plan)
+        extra = ["--log-level", "warn"] + (["--threads", str(plan.threads)] if plan.threads else [])
+        pids = {}
+        for name in ("alpha", "beta"):
+            pids[name] = procs.start(f"gridsplitd-{name}", [str(gsd), "--config", str(gw[name]["config"]), *extra]).pid
+        wait_link(gw["alpha"]["admin"], procs)
+        sink_port = free_port(plan.ip(2, 20))
+        sinks = ",".join(f"{plan.ip(2, 20 + i)}:{sink_port}" for i in range(SINKS))
+        lan_ip, lan_port = gw["alpha"]["lan"]
+        common = [str(gsl), "--gateway", f"{lan_ip}:{lan_port}", "--src-prefix", f"127.{plan.k}.1",
+                  "--src-hosts", "1-250", "--sink", sinks, "--threads", str(gsload_threads)]
+        # Sinks and clients in two processes: each holds one descriptor per flow.
+        sink = procs.start("gsload-sink", [*common, "--role", "sink"], pipes=True)
+        started = json.loads(sink.stdout.readline() or "{}")
+        if started.get("event") != "start":
+            raise ScaleError(f"gsload sink did not start: {procs.tail('gsload-sink')}")
+        argv = [*common, "--role", "client", "--steps", ",".join(map(str, steps)),
+                "--active", str(active), "--latency-seconds", str(seconds), "--msg-size", str(msg_size),
+                "--concurrency", str(concurrency), "--rate", str(rate),
+                "--open-timeout-ms", str(open_timeout_ms), "--pause"]
+        load = procs.start("gsload", argv, pipes=True)
+        nofiles = {n: nofile_of(p) for n, p in (*pids.items(), ("gsload", load.pid), ("gsload-sink", sink.pid))}
+        for line in load.stdout:
+            ev = json.loads(line)
+            events.append(ev)
+            if on_event:
+                on_event(ev)
+            if ev["event"] != "ready":
+                continue
+            if ev["phase"] == "closed":
+                # Every flow closed by its client must leave both gateways.
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    if all(metrics(gw[n]["admin"]).get("flows_active", 0) == 0 for n in gw):
+                        break
+                    time.sleep(0.2)
+            elif ev["phase"] == "idle":
+                time.sleep(1.0)  # let allocations settle before reading memory
+            procs.check()
+            s = {"phase": ev["phase"], "idle_flows": ev.get("idle_flows"), "step": ev.get("step"),
+                 "sockstat": sockstat(), "gateways": {}}
+            for n in ("alpha", "beta"):
+                s["gateways"][n] = {**proc_sample(pids[n]), "metrics": metrics(gw[n]["admin"])}
+            samples.append(s)
+            load.stdin.write("go\n")
+            load.stdin.flush()
+        if load.wait(timeout=30) != 0:
+            raise ScaleError(f"gsload exited with status {load.returncode}: {procs.tail('gsload')}")
+        sink.stdin.close()  # the sink prints its counts and exits
+        done = [json.loads(l) for l in sink.stdout]
+        events += [e for e in done if e.get("event") == "done"]
+        sink.wait(timeout=10)
+        for n in ("alpha", "beta"):
+            p = next(p for nm, p in procs.procs if nm == f"gridsplitd-{n}")
+            if p.poll() is not None:
+                raise ScaleError(f"gridsplitd-{n} exited with status {p.returncode}: {procs.tail('gridsplitd-' + n)}")
+        warnings = {n: [l for l in (tmp / f"gridsplitd-{n}.log").read_text(errors="replace").splitlines()
+                        if " WARN " in l or " ERROR " in l][-5:] for n in ("alpha", "beta")}
+        return {"events": events, "samples": samples, "nofile": nofiles, "gateway_log_tail": warnings}
+    finally:
+        procs.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def analyse(run: dict) -> tuple[list[dict], dict]:
+    """Per step: memory and descriptors per idle flow, open rate, latency, metrics."""
+    ev, smp = run["events"], run["samples"]
+    base = next(s for s in smp if s["phase"] == "baseline")
+    lat = {e["idle_flows"]: e for e in ev if e["event"] == "latency"}
+    opens = {e["step"]: e for e in ev if e["event"] == "open"}
+    steps = []
+    for s in smp:
+        if s["phase"] != "idle":
+            continue
+        n = s["idle_flows"]
+        o = opens[s["step"]]
+        row = {"step": s["step"], "idle_flows": n, "opened": o["opened"], "requested": o["requested"],
+               "failed": o["failed"], "failures": o["failures"], "open_seconds": o["seconds"],
+               "open_rate_per_s": o["rate_per_s"], "open_rate_first_5000_per_s": o["rate_first_5000_per_s"],
+               "open_latency_ms": o["open_latency_ms"], "gateways": {},
+               "sockstat_tcp_mem_kb_per_flow": (s["sockstat"]["mem_kb"] - base["sockstat"]["mem_kb"]) / n if n else None}
+        for g in ("alpha", "beta"):
+            a, b = s["gateways"][g], base["gateways"][g]
+            row["gateways"][g] = {
+                "rss_kb": a["rss_kb"], "vmsize_kb": a["vmsize_kb"], "fds": a["fds"],
+                "rss_bytes_per_flow": (a["rss_kb"] - b["rss_kb"]) * 1024 / n if n else None,
+                "rss_anon_bytes_per_flow": ((a["rss_anon_kb"] - b["rss_anon_kb"]) * 1024 / n
+                                            if n and a["rss_anon_kb"] is not None else None),
+                "vmsize_bytes_per_flow": (a["vmsize_kb"] - b["vmsize_kb"]) * 1024 / n if n else None,
+                "fds_per_flow": (a["fds"] - b["fds"]) / n if n else None,
+                "flows_active": a["metrics"].get("flows_active"),
+                "lan_accepted": a["metrics"].get("lan_accepted_total"),
+                "flows_opened": a["metrics"].get("flows_opened_total"),
+                "flows_reset": a["metrics"].get("flows_reset_total"),
+                "cpu_s": a["cpu_s"],
+            }
+        l = lat.get(n)
+        row["latency"] = ({"rtt_us": l["rtt_us"], "round_trips": l["round_trips"], "mismatched": l["mismatched"],
+                           "errors": l["errors"], "active": l["active"], "msg_size": l["msg_size"]} if l else None)
+        steps.append(row)
+    closed = next((s for s in smp if s["phase"] == "closed"), None)
+    done = next((e for e in ev if e["event"] == "done"), {})
+    l0 = lat.get(0)
+    total_opened = sum(e["opened"] for e in ev if e["event"] == "open") + next(
+        (e["detail"]["opened"] for e in ev if e["event"] == "open_active"), 0)
+    sink = done.get("sink", {})
+    summary = {
+        "baseline": {g: {k: base["gateways"][g][k] for k in ("rss_kb", "vmsize_kb", "fds")} for g in ("alpha", "beta")},
+        "latency_idle0": {"rtt_us": l0["rtt_us"], "round_trips": l0["round_trips"], "mismatched": l0["mismatched"]} if l0 else None,
+        "max_concurrent_flows": max((r["idle_flows"] for r in steps), default=0),
+        "flows_opened": total_opened,
+        "sink": sink,
+        "all_checked": (sink.get("origin_ok") == total_opened and sink.get("origin_bad") == 0
+                        and all(r["failed"] == 0 for r in steps)
+                        and all((r["latency"] or {}).get("mismatched", 1) == 0 for r in steps)),
+        "after_close": ({g: {"flows_active": closed["gateways"][g]["metrics"].get("flows_active"),
+                             "rss_kb": closed["gateways"][g]["rss_kb"], "fds": closed["gateways"][g]["fds"]}
+                         for g in ("alpha", "beta")} if closed else None),
+        "stopped_early": any(e["event"] == "stopped" for e in ev),
+    }
+    return steps, summary
+
+
+# ------------------------------------------------------------------ summary
+
+
+def _stats(xs: list[float]) -> dict | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def summarize(step_rows: list[dict], runs: list[dict]) -> dict:
+    by_step: dict[int, list[dict]] = {}
+    for r in step_rows:
+        by_step.setdefault(r["step"], []).append(r)
+    out_steps = []
+    for step, rows in sorted(by_step.items()):
+        d = {"step": step, "repeats": len(rows),
+             "idle_flows": _stats([r["idle_flows"] for r in rows]),
+             "open_rate_per_s": _stats([r["open_rate_per_s"] for r in rows]),
+             "open_latency_p99_ms": _stats([r["open_latency_ms"]["p99"] for r in rows]),
+             "rtt_p50_us": _stats([(r["latency"] or {}).get("rtt_us", {}).get("p50") for r in rows]),
+             "rtt_p99_us": _stats([(r["latency"] or {}).get("rtt_us", {}).get("p99") for r in rows]),
+             "rtt_p999_us": _stats([(r["latency"] or {}).get("rtt_us", {}).get("p999") for r in rows])}
+        for g in ("alpha", "beta"):
+            d[g] = {k: _stats([r["gateways"][g][k] for r in rows])
+                    for k in ("rss_bytes_per_flow", "vmsize_bytes_per_flow", "fds_per_flow", "flows_active")}
+        out_steps.append(d)
+    idle0 = [r["summary"]["latency_idle0"] for r in runs if r["summary"].get("latency_idle0")]
+    best = max((s["idle_flows"]["max"] for s in out_steps), default=0)
+    rates = [r["open_rate_per_s"] for r in step_rows]
+    return {
+        "steps": out_steps,
+        "idle0": {k: _stats([x["rtt_us"][k] for x in idle0]) for k in ("p50", "p99", "p999")},
+        "max_concurrent_flows": best,
+        "all_checked": all(r["summary"]["all_checked"] for r in runs),
+        "targets": {
+            f"concurrent flows >= {TARGET_FLOWS}": best >= TARGET_FLOWS,
+            f"opens >= {TARGET_OPEN_RATE:.0f}/s": bool(rates) and statistics.median(rates) >= TARGET_OPEN_RATE,
+        },
+    }
+
+
+def _fmt(s: dict | None, digits: int = 0, scale: float = 1.0) -> str:
+    if not s:
+        return "-"
+    m, lo, hi = s["median"] * scale, s["min"] * scale, s["max"] * scale
+    if s["n"] == 1 or lo == hi:
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def table(summary: dict) -> Table:
+    t = Table(title="gridsplit bench scale: medians (min–max) over repeats")
+    for c in ("idle flows", "opens/s", "open p99 ms", "RSS B/flow A", "RSS B/flow B", "VmSize B/flow A",
+              "fds/flow A", "RTT p50 µs", "p99 µs", "p99.9 µs"):
+        t.add_column(c, justify="right")
+    i0 = summary["idle0"]
+    t.add_row("0", "-", "-", "-", "-", "-", "-", _fmt(i0["p50"], 1), _fmt(i0["p99"], 1), _fmt(i0["p999"], 1))
+    for s in summary["steps"]:
+        t.add_row(_fmt(s["idle_flows"]), _fmt(s["open_rate_per_s"]), _fmt(s["open_latency_p99_ms"], 1),
+                  _fmt(s["alpha"]["rss_bytes_per_flow"]), _fmt(s["beta"]["rss_bytes_per_flow"]),
+                  _fmt(s["alpha"]["vmsize_bytes_per_flow"]), _fmt(s["alpha"]["fds_per_flow"], 2),
+                  _fmt(s["rtt_p50_us"], 1), _fmt(s["rtt_p99_us"], 1), _fmt(s["rtt_p999_us"], 1))
+    return t
+
+
+def markdown(meta: dict, summary: dict, probe: dict | None) -> str:
+    r = meta["requested"]
+    lines = [f"# gridsplit bench scale, {meta['machine']['date']}", "",
+             f"Command: `{meta['command']}`", "",
+             f"Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
+             f"{meta['machine']['memory_gib']} GiB, Linux {meta['machine']['kernel']}, git {meta['machine']['git']}.", "",
+             f"Limits: per_flow_buffer {meta['limits']['per_flow_buffer']}, total_buffer {meta['limits']['total_buffer']}; "
+             f"RLIMIT_NOFILE {r['nofile']} for every process started; {r['repeat']} repeat(s).", "",
+             "| idle flows | opens/s | open p99 ms | RSS B/flow alpha | RSS B/flow beta | VmSize B/flow alpha | fds/flow alpha | RTT p50 µs | p99 µs | p99.9 µs |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    i0 = summary["idle0"]
+    lines.append(f"| 0 | | | | | | | {_fmt(i0['p50'], 1)} | {_fmt(i0['p99'], 1)} | {_fmt(i0['p999'], 1)} |")
+    for s in summary["steps"]:
+        lines.append(f"| {_fmt(s['idle_flows'])} | {_fmt(s['open_rate_per_s'])} | {_fmt(s['open_latency_p99_ms'], 1)} | "
+                     f"{_fmt(s['alpha']['rss_bytes_per_flow'])} | {_fmt(s['beta']['rss_bytes_per_flow'])} | "
+                     f"{_fmt(s['alpha']['vmsize_bytes_per_flow'])} | {_fmt(s['alpha']['fds_per_flow'], 2)} | "
+                     f"{_fmt(s['rtt_p50_us'], 1)} | {_fmt(s['rtt_p99_us'], 1)} | {_fmt(s['rtt_p999_us'], 1)} |")
+    lines += ["", "Targets: " + "; ".join(f"{k}: {'met' if v else 'missed'}" for k, v in summary["targets"].items()),
+              f"All flows opened and echoed correctly: {'yes' if summary['all_checked'] else 'NO'}."]
+    if probe:
+        lines += ["", f"Product-default [limits] probe: {probe['opened']} of {probe['requested']} flows admitted "
+                      f"within {probe['open_timeout_ms']} ms each (failures: {probe['failures']})."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ command
+
+
+def default_nofile() -> int:
+    try:
+        return min(1 << 20, int(Path("/proc/sys/fs/nr_open").read_text()))
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: int, concurrency: int,
+        rate: float, repeat: int, per_flow_buffer: int, total_buffer: int | None, nofile: int, octet: int,
+        strategy: str, threads: int | None, gsload_threads: int, open_timeout_ms: int, probe_defaults: bool,
+        probe_flows: int, no_build: bool, command: str) -> Path:
+    steps = sorted(set(steps))
+    # Each flow takes one descriptor in each gateway and two in gsload (client and sink).
+    need = 2 * (steps[-1] + active) + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if nofile > hard and os.geteuid() != 0:
+        raise ScaleError(f"--nofile {nofile} is above this shell's hard limit ({hard}) and raising it needs root; "
+                         f"run as root or pass --nofile {hard}")
+    if nofile < need:
+        err.print(f"[yellow]warning: --nofile {nofile} is below the {need} descriptors that {steps[-1]} flows "
+                  "need in gsload: opens will fail with EMFILE[/yellow]")
+    if total_buffer is None:
+        # Each flow reserves its receive window from half of total_buffer for its whole life
+        # (flow::reserve_window); room for every flow at per_flow_buffer, rounded up to MiB.
+        total_buffer = -(-2 * per_flow_buffer * (steps[-1] + active + 1024) // (1 << 20)) * (1 << 20)
+    gsd, gsl = binaries(no_build)
+    out.print(f"[bold]gridsplit bench scale[/bold]: steps {', '.join(map(str, steps))} idle flows, {active} active, "
+              f"{repeat} repeat(s); RLIMIT_NOFILE of gridsplitd and gsload raised to {nofile} "
+              f"where allowed (this shell: soft {soft}, hard {hard})")
+    meta = {
+        "kind": "meta", "schema": SCHEMA, "command": command,
+        "machine": machine.facts(),
+        "requested": {"steps": steps, "active": active, "seconds": seconds, "msg_size": msg_size,
+                      "concurrency": concurrency, "rate": rate, "repeat": repeat, "per_flow_buffer": per_flow_buffer,
+                      "total_buffer": total_buffer, "nofile": nofile, "octet": octet, "strategy": strategy,
+                      "threads": threads, "gsload_threads": gsload_threads, "open_timeout_ms": open_timeout_ms,
+                      "probe_defaults": probe_defaults, "probe_flows": probe_flows, "no_build": no_build},
+        "limits": {"per_flow_buffer": per_flow_buffer, "total_buffer": total_buffer},
+        "shell_nofile": {"soft": soft, "hard": hard},
+        "binaries": {"gridsplitd": binary_facts(gsd), "gsload": binary_facts(gsl)},
+        "addresses": {"alpha": f"127.{octet}.1.0/24", "beta": f"127.{octet}.2.0/24",
+                      "sources": f"127.{octet}.1.1-250", "sinks": f"127.{octet}.2.20-{20 + SINKS - 1}"},
+    }
+    rows: list[dict] = [meta]
+    step_rows: list[dict] = []
+    runs: list[dict] = []
+    probe = None
+
+    def show(ev: dict) -> None:
+        if ev["event"] == "open":
+            f = f", failed {ev['failed']} {ev['failures']}" if ev["failed"] else ""
+            out.print(f"  opened {ev['opened']}/{ev['requested']} → {ev['step']} idle flows at "
+                      f"{ev['rate_per_s']:.0f}/s{f}")
+        elif ev["event"] == "latency":
+            r = ev["rtt_us"]
+            out.print(f"  {ev['msg_size']} B echo with {ev['idle_flows']} idle flows: p50 {r['p50']:.0f} µs, "
+                      f"p99 {r['p99']:.0f} µs, p99.9 {r['p999']:.0f} µs ({ev['round_trips']} round trips)")
+
+    if probe_defaults:
+        out.print(f"probe: {probe_flows} flows through gateways with the product's default [limits]")
+        r = one_run(gsd, gsl, Plan(octet, None, None, strategy, threads), nofile, [probe_flows], 1, 0.5,
+                    msg_size, concurrency, 0.0, 3000, gsload_threads)
+        o = next(e for e in r["events"] if e["event"] == "open")
+        s = next(s for s in r["samples"] if s["phase"] == "idle")
+        probe = {"kind": "probe", "schema": SCHEMA, "limits": "product defaults (per_flow_buffer 4 MiB, total_buffer 256 MiB)",
+                 "requested": o["requested"], "opened": o["opened"], "failures": o["failures"],
+                 "open_timeout_ms": 3000,
+                 "flows_active": {g: s["gateways"][g]["metrics"].get("flows_active") for g in ("alpha", "beta")},
+                 "lan_accepted": {g: s["gateways"][g]["metrics"].get("lan_accepted_total") for g in ("alpha", "beta")}}
+        rows.append(probe)
+        out.print(f"  admitted {o['opened']} of {o['requested']} (failures {o['failures']})")
+
+    for rep in range(repeat):
+        out.print(f"[bold]repeat {rep + 1}/{repeat}[/bold]")
+        r = one_run(gsd, gsl, Plan(octet, per_flow_buffer, total_buffer, strategy, threads), nofile, steps, active,
+                    seconds, msg_size, concurrency, rate, open_timeout_ms, gsload_threads, on_event=show)
+        srows, summ = analyse(r)
+        for s in srows:
+            step_rows.append(s)
+            rows.append({"kind": "step", "schema": SCHEMA, "repeat": rep, **s})
+        run_row = {"kind": "run", "schema": SCHEMA, "repeat": rep, "summary": summ, "nofile": r["nofile"],
+                   "gateway_log_tail": r["gateway_log_tail"], "events": r["events"], "samples": r["samples"]}
+        rows.append(run_row)
+        runs.append(run_row)
+        if rep == 0:
+            got = ", ".join(f"{k} {v}" for k, v in r["nofile"].items())
+            out.print(f"  RLIMIT_NOFILE in effect: {got}")
+            if min(v or 0 for v in r["nofile"].values()) < need // 2:
+                err.print(f"[yellow]warning: a process got fewer descriptors than {need // 2} "
+                          "(raising the hard limit needs CAP_SYS_RESOURCE): the steps above it hit EMFILE[/yellow]")
+    summary = summarize(step_rows, runs)
+    rows.append({"kind": "summary", "schema": SCHEMA, **summary})
+
+    out.print(table(summary))
+    for k, ok in summary["targets"].items():
+        out.print(f"  target {k}: " + ("[green]met[/green]" if ok else "[red]missed[/red]"))
+    out.print("  every flow opened and echoed correctly: " + ("[green]yes[/green]" if summary["all_checked"] else "[red]NO[/red]"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"{_dt.date.today().isoformat()}-{meta['machine']['hostname']}"
+    jsonl = stem.with_suffix(".jsonl")
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stem.with_suffix(".md").write_text(markdown(meta, summary, probe))
+    out.print(f"wrote {jsonl} and {stem.with_suffix('.md')}")
+    return jsonl
+
+
+def _ints(s: str) -> list[int]:
+    try:
+        v = [int(x.replace("_", "")) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{s!r}: a comma-separated list of integers") from None
+    if not v or min(v) < 1:
+        raise click.BadParameter(f"{s!r}: positive integers")
+    return v
+
+
+@click.command("scale")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("gridsplit-out/scale"), show_default=True, help="Directory for DATE-HOST.{jsonl,md}.")
+@click.option("--flows", default="10000,20000", show_default=True,
+              help="Idle-flow counts to reach, in steps (cumulative), comma-separated.")
+@click.option("--active", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Flows carrying the latency measurement.")
+@click.option("--seconds", type=click.FloatRange(0.2, 600), default=5.0, show_default=True,
+              help="Duration of each latency measurement.")
+@click.option("--msg-size", type=click.IntRange(1, 65536), default=64, show_default=True,
+              help="Bytes per echoed latency message.")
+@click.option("--rate", type=click.FloatRange(0, 1e6), default=0.0, show_default=True,
+              help="Opens started per second; 0: as fast as the gateways answer.")
+@click.option("--concurrency", type=click.IntRange(1, 65536), default=256, show_default=True,
+              help="Opens in progress at once.")
+@click.option("--repeat", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Runs, each with fresh gateways (medians and min–max over them).")
+@click.option("--per-flow-buffer", type=click.IntRange(4096, 2**31 - 1), default=65536, show_default=True,
+              help="The gateways' [limits] per_flow_buffer.")
+@click.option("--total-buffer", type=click.IntRange(16384), default=None,
+              help="The gateways' [limits] total_buffer (default: room for every flow's window).")
+@click.option("--nofile", type=click.IntRange(1024), default=default_nofile(), show_default=True,
+              help="RLIMIT_NOFILE (soft and hard) of every process started.")
+@click.option("--octet", type=click.IntRange(1, 254), default=21, show_default=True,
+              help="Second octet K of the loopback sites 127.K.1.0/24 and 127.K.2.0/24.")
+@click.option("--strategy", type=click.Choice(["fifo", "aggregate", "fair"]), default="fair", show_default=True,
+              help="The gateways' scheduling strategy.")
+@click.option("--threads", type=click.IntRange(1, 256), default=None,
+              help="gridsplitd --threads (default: its own, 1).")
+@click.option("--gsload-threads", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Runtime threads of the load generator.")
+@click.option("--open-timeout-ms", type=click.IntRange(100, 600_000), default=10_000, show_default=True,
+              help="An open (GSq1 to echoed hello) slower than this fails.")
+@click.option("--probe-defaults/--no-probe-defaults", default=True, show_default=True,
+              help="First count the flows gateways with the product's default [limits] admit.")
+@click.option("--probe-flows", type=click.IntRange(1, 100_000), default=200, show_default=True,
+              help="Flows the probe tries to open.")
+@click.option("--no-build", is_flag=True, help="Never run cargo, even if a binary is missing.")
+def scale(out_dir, flows, active, seconds, msg_size, rate, concurrency, repeat, per_flow_buffer, total_buffer,
+          nofile, octet, strategy, threads, gsload_threads, open_timeout_ms, probe_defaults, probe_flows, no_build):
+    """Flows per gateway: idle-flow memory, most concurrent flows, opens/s, latency under load (loopback)."""
+
+    def on_term(*_):
+        raise Stopped()
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        run(out_dir, _ints(flows), active, seconds, msg_size, concurrency, rate, repeat, per_flow_buffer,
+            total_buffer, nofile, octet, strategy, threads, gsload_threads, open_timeout_ms, probe_defaults,
+            probe_flows, no_build, " ".join(["gridsplit", "bench", "scale", *sys.argv[3:]])
+            if sys.argv[1:3] == ["bench", "scale"] else " ".join(sys.argv))
+    except ScaleError as e:
+        err.print(f"gridsplit bench scale: error: {e}")
+        sys.exit(2)
+    except (KeyboardInterrupt, Stopped):
+        err.print("gridsplit bench scale: interrupted; every process stopped")
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, old)
