@@ -170,7 +170,14 @@ pub struct WanParams {
     /// How long a session may stay without a WAN connection before its flows
     /// are reset on both sides; within it they are held (link/session.rs).
     pub outage_limit_s: f64,
+    /// Parallel TCP connections the link's byte stream is striped over
+    /// (transfer/striped.rs); 1 = one plain connection (transfer/tcp.rs). The
+    /// dialer proposes it, the acceptor caps it at its own (docs/protocol.md §4.2).
+    pub streams: u8,
 }
+
+/// Most TCP connections one link may be striped over.
+pub const MAX_STREAMS: u8 = 16;
 
 impl Default for WanParams {
     fn default() -> Self {
@@ -184,6 +191,7 @@ impl Default for WanParams {
             nodelay: true,
             keepalive_ms: 1000,
             outage_limit_s: 120.0,
+            streams: 1,
         }
     }
 }
@@ -427,6 +435,7 @@ struct RawWan {
     nodelay: Option<bool>,
     keepalive_ms: Option<u64>,
     outage_limit_s: Option<f64>,
+    streams: Option<i64>,
 }
 
 impl RawWan {
@@ -444,6 +453,11 @@ impl RawWan {
             nodelay: self.nodelay.unwrap_or(base.nodelay),
             keepalive_ms: self.keepalive_ms.unwrap_or(base.keepalive_ms),
             outage_limit_s: self.outage_limit_s.unwrap_or(base.outage_limit_s),
+            // Out-of-range values are kept recognisable (0) for check_wan's message.
+            streams: self
+                .streams
+                .map(|k| u8::try_from(k).unwrap_or(0))
+                .unwrap_or(base.streams),
         }
     }
 }
@@ -834,6 +848,13 @@ fn check_wan(table: &str, w: &WanParams, file: &str) -> Result<(), ConfigError> 
             "outage_limit_s",
             format!("{} is out of range", w.outage_limit_s),
             "use 1..=86400 seconds (how long flows are held while their WAN link is down; default 120)",
+        ));
+    }
+    if w.streams == 0 || w.streams > MAX_STREAMS {
+        return Err(err(
+            "streams",
+            "must be 1..=16".into(),
+            "use streams = 1 (one WAN connection) up to 16 (`gridsplit gateway config` picks it from the path's RTT and loss)",
         ));
     }
     Ok(())

@@ -4,13 +4,13 @@
 //! followed by a typed payload; all integers are big-endian (network order).
 //!
 //! ```text
-//! header   0  u8   version        = 2
+//! header   0  u8   version        = 3
 //!          1  u8   type           (table below)
 //!          2  u16  reserved       = 0 (room for flags in a later version)
 //!          4  u32  payload length (header excluded; header + payload <= max_frame)
 //!
 //! type  name        payload
-//!  1    HELLO       magic "GSW2" | max_frame u32 | nonce [32] | name_len u8 | site name
+//!  1    HELLO       magic "GSW3" | max_frame u32 | nonce [32] | name_len u8 | site name
 //!  2    AUTH        HMAC-SHA256 tag [32]                     (see auth.rs)
 //!  3    OPEN        flow u32 | window u32 | dst_family u8 | src_family u8 |
 //!                   dst_port u16 | dst_addr [16] | src_port u16 | src_addr [16]
@@ -22,9 +22,21 @@
 //!  9    RESET       flow u32 | reason u8
 //! 10    PING        token u64
 //! 11    PONG        token u64
-//! 12    SESSION     session u64 | received u64 | flags u8 (bit0 = RESUME)
+//! 12    SESSION     session u64 | received u64 | flags u8 (bit0 = RESUME) |
+//!                   streams u8 | token u64
 //! 13    ACK         received u64                             (link-stream bytes received)
+//! 14    JOIN        session u64 | token u64                  (an extra stream of a striped link)
+//! 15    STRIPE      seq u64 | bytes...                       (a piece of a striped link's stream)
 //! ```
+//!
+//! Version 3 stripes a link over several TCP connections (transfer/striped.rs):
+//! the dialer proposes `streams` in SESSION, the acceptor answers with the count
+//! it accepts and a fresh `token`; the dialer opens the other connections, each
+//! authenticated like the first, and sends JOIN with that token on each. From
+//! then on every connection of the link carries only STRIPE frames: the link's
+//! own frame stream, cut into pieces numbered `seq` (0, 1, 2... per connection
+//! set) and put back in order by the receiver. With `streams = 1` nothing
+//! changes: the frames go on the one connection as they are.
 //!
 //! Version 2 made a link a resumable session (link/session.rs): after AUTH the
 //! dialer sends SESSION, the acceptor answers with one, and from then on each
@@ -52,9 +64,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 pub const HEADER_LEN: usize = 8;
-pub const HELLO_MAGIC: &[u8; 4] = b"GSW2";
+pub const HELLO_MAGIC: &[u8; 4] = b"GSW3";
 pub const NONCE_LEN: usize = 32;
 pub const TAG_LEN: usize = 32;
 /// Smallest max_frame a gateway accepts: HELLO and OPEN must always fit.
@@ -68,6 +80,20 @@ pub const DATA_HEADER: usize = 4;
 const BATCH_FIN: u8 = 1;
 /// SESSION flag: the sender holds this session's state and asks to resume it.
 const SESSION_RESUME: u8 = 1;
+/// STRIPE payload header: seq u64.
+pub const STRIPE_HEADER: usize = 8;
+
+/// The header of a STRIPE frame carrying `len` bytes: what a striping driver
+/// puts in front of a piece of the link stream that it sends as several
+/// segments (so the piece is never copied into one buffer).
+pub fn stripe_header(seq: u64, len: usize) -> [u8; HEADER_LEN + STRIPE_HEADER] {
+    let mut h = [0u8; HEADER_LEN + STRIPE_HEADER];
+    h[0] = VERSION;
+    h[1] = FrameType::Stripe as u8;
+    h[4..8].copy_from_slice(&((STRIPE_HEADER + len) as u32).to_be_bytes());
+    h[8..16].copy_from_slice(&seq.to_be_bytes());
+    h
+}
 
 pub type FlowId = u32;
 
@@ -87,6 +113,8 @@ pub enum FrameType {
     Pong = 11,
     Session = 12,
     Ack = 13,
+    Join = 14,
+    Stripe = 15,
 }
 
 impl FrameType {
@@ -106,6 +134,8 @@ impl FrameType {
             11 => Pong,
             12 => Session,
             13 => Ack,
+            14 => Join,
+            15 => Stripe,
             _ => return None,
         })
     }
@@ -192,11 +222,26 @@ pub enum Frame {
         session: u64,
         received: u64,
         resume: bool,
+        /// Connections to stripe the link over: proposed by the dialer,
+        /// accepted (possibly fewer) by the acceptor.
+        streams: u8,
+        /// The acceptor's ticket for this connection set's JOINs (0 from the dialer).
+        token: u64,
     },
     /// Bytes of the link stream the sender has received and handled: the peer
     /// may forget them (they will never be replayed).
     Ack {
         received: u64,
+    },
+    /// First frame after AUTH on an extra connection of a striped link.
+    Join {
+        session: u64,
+        token: u64,
+    },
+    /// A piece of a striped link's frame stream.
+    Stripe {
+        seq: u64,
+        data: Bytes,
     },
 }
 
@@ -235,6 +280,8 @@ impl Frame {
             Frame::Pong { .. } => FrameType::Pong,
             Frame::Session { .. } => FrameType::Session,
             Frame::Ack { .. } => FrameType::Ack,
+            Frame::Join { .. } => FrameType::Join,
+            Frame::Stripe { .. } => FrameType::Stripe,
         }
     }
 
@@ -254,8 +301,10 @@ impl Frame {
             Frame::Fin { .. } => 4,
             Frame::Reset { .. } => 5,
             Frame::Ping { .. } | Frame::Pong { .. } => 8,
-            Frame::Session { .. } => 17,
+            Frame::Session { .. } => 26,
             Frame::Ack { .. } => 8,
+            Frame::Join { .. } => 16,
+            Frame::Stripe { data, .. } => STRIPE_HEADER + data.len(),
         }
     }
 
@@ -345,12 +394,24 @@ impl Frame {
                 session,
                 received,
                 resume,
+                streams,
+                token,
             } => {
                 head.put_u64(*session);
                 head.put_u64(*received);
                 head.put_u8(if *resume { SESSION_RESUME } else { 0 });
+                head.put_u8(*streams);
+                head.put_u64(*token);
             }
             Frame::Ack { received } => head.put_u64(*received),
+            Frame::Join { session, token } => {
+                head.put_u64(*session);
+                head.put_u64(*token);
+            }
+            Frame::Stripe { seq, data } => {
+                head.put_u64(*seq);
+                out.attach(data);
+            }
         }
     }
 
@@ -697,18 +758,38 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             Frame::Pong { token: p.get_u64() }
         }
         FrameType::Session => {
-            exact(&p, 17)?;
+            exact(&p, 26)?;
             let session = p.get_u64();
             let received = p.get_u64();
             let flags = p.get_u8();
             if flags & !SESSION_RESUME != 0 {
                 return Err(bad("unknown session flags"));
             }
+            let streams = p.get_u8();
+            if streams == 0 {
+                return Err(bad("zero streams"));
+            }
             Frame::Session {
                 session,
                 received,
                 resume: flags & SESSION_RESUME != 0,
+                streams,
+                token: p.get_u64(),
             }
+        }
+        FrameType::Join => {
+            exact(&p, 16)?;
+            Frame::Join {
+                session: p.get_u64(),
+                token: p.get_u64(),
+            }
+        }
+        FrameType::Stripe => {
+            if p.len() < STRIPE_HEADER {
+                return Err(bad("short STRIPE"));
+            }
+            let seq = p.get_u64();
+            Frame::Stripe { seq, data: p }
         }
         FrameType::Ack => {
             exact(&p, 8)?;
@@ -966,13 +1047,18 @@ mod tests {
                 .prop_map(|(flow, reason)| Frame::Reset { flow, reason }),
             any::<u64>().prop_map(|token| Frame::Ping { token }),
             any::<u64>().prop_map(|token| Frame::Pong { token }),
-            (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(session, received, resume)| {
-                Frame::Session {
+            (any::<u64>(), any::<u64>(), any::<bool>(), 1..=u8::MAX, any::<u64>()).prop_map(
+                |(session, received, resume, streams, token)| Frame::Session {
                     session,
                     received,
                     resume,
+                    streams,
+                    token,
                 }
-            }),
+            ),
+            (any::<u64>(), any::<u64>()).prop_map(|(session, token)| Frame::Join { session, token }),
+            (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
+                .prop_map(|(seq, d)| Frame::Stripe { seq, data: Bytes::from(d) }),
             any::<u64>().prop_map(|received| Frame::Ack { received }),
         ]
     }

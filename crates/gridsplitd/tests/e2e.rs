@@ -428,6 +428,8 @@ async fn an_authenticated_peer_breaking_the_protocol_loses_its_link() {
             session: 0x5eed,
             received: 1234,
             resume: true,
+            streams: 1,
+            token: 0,
         })
         .await
         .unwrap();

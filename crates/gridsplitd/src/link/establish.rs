@@ -16,6 +16,9 @@
 //!
 //! A resume request that cannot be honoured is refused, logged once and
 //! counted (`resume_refused`); nothing of the old session is relayed to the new.
+//!
+//! The same exchange agrees on how many TCP connections the link is striped
+//! over; the others then join (stripes.rs).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -28,11 +31,15 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use tokio::sync::mpsc;
+
 use super::keepalive::keepalive;
 use super::recv::reader;
 use super::send::writer;
+use super::stripes;
 use super::{Conn, Link, LinkError, Role, State};
 use crate::auth::{self, AuthError, PeerInfo};
+use crate::transfer::striped::StripedConn;
 use crate::transfer::tcp::TcpConn;
 use crate::transfer::{RecvError, WanConn, WanProbe, WanTxNow};
 use crate::wire::{Frame, FrameType};
@@ -47,11 +54,27 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// path that comes back is used within about a second; otherwise 5 s.
 const BACKOFF_MAX_HELD: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Marks a dial attempt that failed while joining the striped connections.
+const STRIPE_FAILED: &str = "striping: ";
 
 /// A session ready for a connection, and where the peer's stream resumes.
 struct Ready {
     link: Arc<Link>,
     peer_received: u64,
+    /// Connections agreed for this set (1 = unstriped), and the set's token.
+    streams: u8,
+    token: u64,
+    /// Acceptor of a striped set: where the other connections arrive.
+    set: Option<mpsc::UnboundedReceiver<TcpConn>>,
+}
+
+/// A SESSION frame's fields.
+struct SessionMsg {
+    session: u64,
+    received: u64,
+    resume: bool,
+    streams: u8,
+    token: u64,
 }
 
 fn fresh_session_id() -> u64 {
@@ -66,16 +89,31 @@ fn fresh_session_id() -> u64 {
     u64::from_be_bytes(b) | 1
 }
 
-async fn recv_session<C: WanConn>(conn: &mut C) -> Result<(u64, u64, bool), String> {
+/// The first frame after AUTH: SESSION (or, on the acceptor, JOIN).
+async fn recv_first<C: WanConn>(conn: &mut C) -> Result<Frame, String> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv_frame()).await {
         Err(_) => Err("no SESSION frame within the handshake timeout".into()),
         Ok(Err(e)) => Err(format!("waiting for SESSION: {e}")),
-        Ok(Ok(Frame::Session {
+        Ok(Ok(f)) => Ok(f),
+    }
+}
+
+fn as_session(f: Frame) -> Result<SessionMsg, String> {
+    match f {
+        Frame::Session {
             session,
             received,
             resume,
-        })) => Ok((session, received, resume)),
-        Ok(Ok(f)) => Err(format!(
+            streams,
+            token,
+        } => Ok(SessionMsg {
+            session,
+            received,
+            resume,
+            streams,
+            token,
+        }),
+        f => Err(format!(
             "expected {:?} after AUTH, got {:?}",
             FrameType::Session,
             f.kind()
@@ -104,6 +142,7 @@ async fn dialer_session<C: WanConn>(
     shared: &Arc<Shared>,
     conn: &mut C,
     peer: &PeerInfo,
+    streams: u8,
 ) -> Result<Ready, String> {
     let old = shared.link_to(&peer.site);
     let (id, received, resume) = match &old {
@@ -114,13 +153,23 @@ async fn dialer_session<C: WanConn>(
         session: id,
         received,
         resume,
+        streams,
+        token: 0,
     })
     .await
     .map_err(|e| format!("sending SESSION: {e}"))?;
-    let (rid, peer_received, resumed) = recv_session(conn).await?;
+    let answer = as_session(recv_first(conn).await?)?;
+    let (rid, peer_received, resumed) = (answer.session, answer.received, answer.resume);
     if rid != id {
         return Err(format!("peer answered SESSION {rid:016x} to {id:016x}"));
     }
+    if answer.streams > streams || (answer.streams > 1 && answer.token == 0) {
+        return Err(format!(
+            "peer answered {} streams with token {:x} to a proposal of {streams}",
+            answer.streams, answer.token
+        ));
+    }
+    let (streams, token) = (answer.streams, answer.token);
     if let Some(old) = old {
         if resumed && old.max_frame == peer.max_frame {
             let check = old.send.lock().unwrap().replay.check(peer_received);
@@ -129,6 +178,9 @@ async fn dialer_session<C: WanConn>(
                     return Ok(Ready {
                         link: old,
                         peer_received,
+                        streams,
+                        token,
+                        set: None,
                     })
                 }
                 Err(e) => {
@@ -149,16 +201,26 @@ async fn dialer_session<C: WanConn>(
     Ok(Ready {
         link,
         peer_received: 0,
+        streams,
+        token,
+        set: None,
     })
 }
 
-/// The acceptor's side of the SESSION exchange.
+/// The acceptor's side of the SESSION exchange, `first` being the dialer's.
 async fn acceptor_session<C: WanConn>(
     shared: &Arc<Shared>,
     conn: &mut C,
     peer: &PeerInfo,
+    first: SessionMsg,
 ) -> Result<Ready, String> {
-    let (id, peer_received, resume) = recv_session(conn).await?;
+    let (id, peer_received, resume) = (first.session, first.received, first.resume);
+    let streams = first.streams.min(shared.cfg.wan_params(&peer.site).streams);
+    let token = if streams > 1 {
+        stripes::fresh_token()
+    } else {
+        0
+    };
     let old = shared.link_to(&peer.site);
     if let Some(old) = &old {
         // The dialer only dials once its connection is gone: ours is stale.
@@ -177,6 +239,9 @@ async fn acceptor_session<C: WanConn>(
             Ready {
                 link,
                 peer_received,
+                streams,
+                token,
+                set: None,
             },
             true,
         ),
@@ -197,15 +262,25 @@ async fn acceptor_session<C: WanConn>(
                 Ready {
                     link,
                     peer_received: 0,
+                    streams,
+                    token,
+                    set: None,
                 },
                 false,
             )
         }
     };
+    let mut ready = ready;
+    if streams > 1 {
+        // Open before answering: the dialer's JOINs may follow at once.
+        ready.set = Some(stripes::open_set(&ready.link, token));
+    }
     let answer = Frame::Session {
         session: id,
         received: if resumed { ready.link.received() } else { 0 },
         resume: resumed,
+        streams,
+        token,
     };
     conn.send_frame(&answer)
         .await
@@ -227,6 +302,7 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
     let Ready {
         link,
         peer_received,
+        ..
     } = ready;
     let remote = conn.peer_addr();
     let (tx, rx, probe) = conn.split();
@@ -358,6 +434,19 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
     err
 }
 
+/// Runs the session on `first` alone, or striped over `first` and `others`.
+async fn run_set(shared: Arc<Shared>, ready: Ready, first: TcpConn, others: Vec<TcpConn>, peer_max_frame: usize) {
+    if others.is_empty() {
+        run_conn(shared, ready, first).await;
+        return;
+    }
+    let (conn, warnings) = StripedConn::new(first, others, peer_max_frame);
+    for w in warnings {
+        warn!(peer = %ready.link.peer, "WAN tuning: {w}");
+    }
+    run_conn(shared, ready, conn).await;
+}
+
 fn note_handshake_failure(shared: &Shared, remote: SocketAddr, e: &AuthError) {
     match e {
         AuthError::Recv(RecvError::Wire(_))
@@ -407,16 +496,43 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                     Ok(p) => p,
                     Err(e) => return note_handshake_failure(&shared, remote, &e),
                 };
+                let session = async {
+                    let first = recv_first(&mut conn).await?;
+                    if let Frame::Join { session, token } = first {
+                        return Ok(Err((session, token)));
+                    }
+                    let first = as_session(first)?;
+                    acceptor_session(&shared, &mut conn, &peer, first).await.map(Ok)
+                };
                 let ready = tokio::select! {
-                    r = acceptor_session(&shared, &mut conn, &peer) => r,
+                    r = session => r,
                     _ = shared.stopping.cancelled() => return,
                 };
                 match ready {
-                    Ok(ready) => {
-                        for w in conn.retune(shared.cfg.wan_params(&peer.site)) {
+                    Ok(Err((session, token))) => stripes::join(&shared, &peer, conn, session, token),
+                    Ok(Ok(mut ready)) => {
+                        let params = shared.cfg.wan_params(&peer.site);
+                        for w in conn.retune(params) {
                             warn!(peer = %peer.site, "WAN tuning: {w}");
                         }
-                        run_conn(shared, ready, conn).await;
+                        let mut others = Vec::new();
+                        if let Some(set) = ready.set.take() {
+                            let count = ready.streams as usize - 1;
+                            let r = tokio::select! {
+                                r = stripes::await_set(&ready.link, set, count, HANDSHAKE_TIMEOUT) => r,
+                                _ = shared.stopping.cancelled() => return,
+                            };
+                            match r {
+                                Ok(conns) => others = conns,
+                                Err(msg) => {
+                                    return warn!(peer = %peer.site, %remote, "WAN connection set not established: {msg}");
+                                }
+                            }
+                            for c in &mut others {
+                                c.retune(params);
+                            }
+                        }
+                        run_set(shared.clone(), ready, conn, others, peer.max_frame).await;
                     }
                     Err(msg) if !msg.is_empty() => {
                         warn!(peer = %peer.site, %remote, "WAN session not established: {msg}")
@@ -437,6 +553,9 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
     let bind_ip = Some(shared.cfg.own_site().gateway_wan.ip());
     let mut backoff = BACKOFF_MIN;
     let mut warned = false;
+    // The last attempt to stripe failed: the next connection goes unstriped, so
+    // the link comes up; the one after tries the configured count again.
+    let mut unstriped = false;
     while !shared.stopping.is_cancelled() {
         let held = shared.link_to(&peer.name).is_some();
         // The peer's host answered our SYN with a reset: nothing listens on its
@@ -484,8 +603,30 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
                     return Err(String::new());
                 }
             };
-            let ready = dialer_session(&shared, &mut conn, &info).await?;
-            Ok((conn, ready))
+            let proposal = if unstriped { 1 } else { params.streams };
+            let ready = dialer_session(&shared, &mut conn, &info, proposal).await?;
+            let mut others = Vec::new();
+            if ready.streams > 1 {
+                let count = ready.streams as usize - 1;
+                let set = stripes::dial_set(
+                    &shared,
+                    &peer,
+                    &params,
+                    ready.link.session,
+                    ready.token,
+                    count,
+                    HANDSHAKE_TIMEOUT,
+                )
+                .await;
+                match set {
+                    Ok(conns) => others = conns,
+                    Err(e) => {
+                        warn!(peer = %peer.name, "striping the WAN link failed ({e}); the next connection is unstriped");
+                        return Err(format!("{STRIPE_FAILED}{e}"));
+                    }
+                }
+            }
+            Ok((conn, ready, others, info.max_frame))
         };
         let r = tokio::select! {
             r = attempt => r,
@@ -505,13 +646,14 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
         } else {
             BACKOFF_MAX
         };
+        unstriped = matches!(&r, Err(m) if m.starts_with(STRIPE_FAILED));
         match r {
-            Ok((conn, ready)) => {
+            Ok((conn, ready, others, peer_max)) => {
                 backoff = BACKOFF_MIN;
                 warned = false;
                 let started = Instant::now();
                 // Gateway stop ends every session, which ends run_conn and its flows.
-                run_conn(shared.clone(), ready, conn).await;
+                run_set(shared.clone(), ready, conn, others, peer_max).await;
                 // A connection that died young counts as a failure for the backoff.
                 if started.elapsed() < Duration::from_secs(2) {
                     backoff = (backoff * 2).min(max);

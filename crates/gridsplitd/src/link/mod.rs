@@ -23,6 +23,7 @@ mod keepalive;
 mod recv;
 mod replay;
 mod send;
+mod stripes;
 
 pub use establish::{accept_loop, dial_loop};
 pub use replay::OutOfRange;
@@ -174,6 +175,9 @@ pub struct Link {
     /// Connections after the first, and the bytes they sent again.
     pub reconnects: AtomicU64,
     pub bytes_replayed: AtomicU64,
+    /// Acceptor side of a striped connection set being assembled: where JOINed
+    /// connections go (link/stripes.rs).
+    joining: Mutex<Option<stripes::Joining>>,
 }
 
 /// What /status shows for one link.
@@ -250,6 +254,7 @@ impl Link {
             chunks_aggregated: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             bytes_replayed: AtomicU64::new(0),
+            joining: Mutex::new(None),
         });
         tokio::spawn(watchdog(link.clone()));
         link
@@ -467,6 +472,8 @@ impl Link {
             session: self.session,
             received: self.received(),
             resume: false,
+            streams: 1,
+            token: 0,
         });
     }
 

@@ -147,9 +147,19 @@ impl Link {
                 resume: false,
                 ..
             } if session == self.session => return Err(LinkError::PeerEnded),
-            Frame::Hello { .. } | Frame::Auth { .. } | Frame::Session { .. } => {
+            Frame::Hello { .. }
+            | Frame::Auth { .. }
+            | Frame::Session { .. }
+            | Frame::Join { .. } => {
                 return Err(LinkError::Violation(
                     "handshake frame on an established link".into(),
+                ));
+            }
+            // The striping driver consumes these; inside a link's stream they
+            // mean the peer nested them, or stripes a link we run unstriped.
+            Frame::Stripe { .. } => {
+                return Err(LinkError::Violation(
+                    "STRIPE frame inside the link stream".into(),
                 ));
             }
         }

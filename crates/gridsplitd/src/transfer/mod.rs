@@ -2,8 +2,8 @@
 //! "send these frames", "give me the next frame", "how much can you take now", and
 //! what the transport knows about itself (tcp_info, streams).
 //!
-//! The link (link.rs) only sees these traits, so a driver over several parallel TCP
-//! streams or MPTCP can be added next to tcp.rs without touching scheduling or flow
+//! The link (link/) only sees these traits: tcp.rs runs a link over one TCP
+//! connection, striped.rs over several, without touching scheduling or flow
 //! control. A connection is used whole for the handshake, then split into a sending
 //! half, a receiving half (the reader task) and a probe (read by /status) so the two
 //! directions never wait on each other.
@@ -12,6 +12,7 @@
 //! and whoever queues a frame while the link is idle uses `try_send` to put it on
 //! the wire at once, without waking the writer task (link.rs decides who may write).
 
+pub mod striped;
 pub mod tcp;
 
 use std::future::Future;

@@ -27,10 +27,10 @@ use crate::wire::{self, Frame, OutBuf};
 /// the syscall, small enough that the scheduler keeps choosing what goes next
 /// (NewMadeleine's "one packet in flight, one ahead"). A slower link gathers
 /// less: one low-water mark's worth (`TcpTx::batch`).
-const WRITE_BATCH: usize = 256 * 1024;
+pub(super) const WRITE_BATCH: usize = 256 * 1024;
 /// Read granularity on the WAN socket: a bulk flow's frames arrive a few hundred
 /// KiB at a time, and one read per block keeps syscalls per GB low.
-const READ_BLOCK: usize = 512 * 1024;
+pub(super) const READ_BLOCK: usize = 512 * 1024;
 /// iovecs per writev (IOV_MAX is 1024; beyond ~64 the gain is nil).
 const MAX_IOV: usize = 64;
 
@@ -96,6 +96,17 @@ impl TcpConn {
 
     pub fn applied(&self) -> Applied {
         tune::read_back(&self.stream, &self.params)
+    }
+
+    pub fn params(&self) -> &WanParams {
+        &self.params
+    }
+
+    /// The socket, what was read past the last frame (the peer may already be
+    /// sending what follows the handshake), the largest frame accepted, and the
+    /// tuning: for the striping driver, which takes over the connection.
+    pub(super) fn into_parts(self) -> (TcpStream, BytesMut, usize, WanParams) {
+        (self.stream, self.rbuf, self.recv_max, self.params)
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Opts {
     pub wan_socket_buffer: u64,
     /// `[wan] outage_limit_s`.
     pub outage_limit_s: f64,
+    /// `[wan] streams`.
+    pub streams: u8,
 }
 
 impl Default for Opts {
@@ -52,6 +54,7 @@ impl Default for Opts {
             keepalive_ms: 300,
             wan_socket_buffer: 0,
             outage_limit_s: 120.0,
+            streams: 1,
         }
     }
 }
@@ -89,6 +92,7 @@ rtt_ms = 1.0
 keepalive_ms = {ka}
 socket_buffer = {wsb}
 outage_limit_s = {olim:?}
+streams = {streams}
 [[site]]
 name = "alpha"
 subnet = "127.{k}.1.0/24"
@@ -108,6 +112,7 @@ gateway_wan = "127.{k}.2.254:{WAN_PORT}"
         ka = o.keepalive_ms,
         wsb = o.wan_socket_buffer,
         olim = o.outage_limit_s,
+        streams = o.streams,
     );
     let path = d.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();

@@ -1,0 +1,573 @@
+//! The striped WAN driver: one link over K parallel TCP connections ("lanes").
+//!
+//! Why: one TCP connection over a lossy long path is held to about
+//! MSS/RTT × 1.22/√p (Mathis et al.), far below the link rate, and a loss on it
+//! stalls every flow of the link for a recovery. Over K connections a loss
+//! halves one lane's window, not the link's, and the link's rate is about K
+//! times one connection's (docs/design/wan-striping.md has the measurements
+//! and the choice against per-flow pinning and MPTCP).
+//!
+//! How: the link's frame stream (what transfer/tcp.rs would write on one socket)
+//! is cut into pieces of at most `piece` bytes, numbered 0, 1, 2... for this
+//! set of connections; each piece goes, whole and as one STRIPE frame, on the
+//! first lane (round robin) whose socket takes it now. A lane whose socket is
+//! full — its window shrank after a loss, or it is in recovery — is skipped, so
+//! new pieces go where they move. The receiver keeps one queue per lane (a
+//! lane's pieces arrive in order) and appends the piece numbered `next` to the
+//! rebuilt stream, from which frames are decoded as on one connection. Pieces
+//! behind a stalled one wait in those queues, at most `REORDER_MAX` bytes per
+//! lane; then that lane is not read until the stalled piece arrives, and TCP's
+//! flow control holds its sender. Per-flow order holds because the whole stream
+//! is rebuilt in order, and one large flow is spread like any other.
+//!
+//! The session layer above (link/) sees one ordered stream, so resuming after an
+//! outage works unchanged: a broken lane ends the whole set, and the next set
+//! starts again at piece 0 from the session's replay point.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::tcp::{self, TcpConn, READ_BLOCK, WRITE_BATCH};
+use super::{RecvError, WanConn, WanProbe, WanRx, WanTx, WanTxNow};
+use crate::config::WanParams;
+use crate::tune::{self, Applied, TcpInfo};
+use crate::wire::{self, Frame, OutBuf, WireError, HEADER_LEN, STRIPE_HEADER};
+
+/// Largest piece: small enough that a piece does not hold a lane's socket for
+/// long, large enough that the 16-byte STRIPE header costs nothing (0.02 %).
+const PIECE_MAX: usize = 64 * 1024;
+/// Bytes a receiver holds per lane ahead of the rebuilt stream (pieces waiting
+/// for an earlier one on another lane, and unparsed reads): while a lane stalls
+/// in loss recovery, about one RTT of the others' traffic.
+const REORDER_MAX: usize = 4 << 20;
+
+/// The connections of a striped link; `lanes[0]` carried the handshake.
+pub struct StripedConn {
+    lanes: Vec<TcpConn>,
+    /// The largest frame the peer accepts.
+    peer_max_frame: usize,
+}
+
+impl StripedConn {
+    /// Stripes over `first` (which carried AUTH and SESSION) and the joined
+    /// `others`. Each lane gets `params` with the pacing cap shared out, so
+    /// that the set together keeps to it.
+    pub fn new(first: TcpConn, others: Vec<TcpConn>, peer_max_frame: usize) -> (Self, Vec<String>) {
+        let mut lanes = Vec::with_capacity(1 + others.len());
+        lanes.push(first);
+        lanes.extend(others);
+        let k = lanes.len() as u64;
+        let mut warnings = Vec::new();
+        for l in &mut lanes {
+            let mut p = l.params().clone();
+            p.pacing_bps /= k;
+            warnings.extend(l.retune(&p));
+        }
+        warnings.dedup();
+        (
+            Self {
+                lanes,
+                peer_max_frame,
+            },
+            warnings,
+        )
+    }
+}
+
+impl WanConn for StripedConn {
+    type Tx = StripedTx;
+    type Rx = StripedRx;
+    type Probe = StripedProbe;
+
+    /// Handshake frames go on the first connection only, before `split`.
+    async fn send_frame(&mut self, f: &Frame) -> io::Result<()> {
+        self.lanes[0].send_frame(f).await
+    }
+
+    async fn recv_frame(&mut self) -> Result<Frame, RecvError> {
+        self.lanes[0].recv_frame().await
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.lanes[0].peer_addr()
+    }
+
+    fn split(self) -> (StripedTx, StripedRx, StripedProbe) {
+        let mut streams = Vec::new();
+        let mut rx_lanes = Vec::new();
+        let mut fds = Vec::new();
+        let mut params = Vec::new();
+        let mut recv_max = 0;
+        for l in self.lanes {
+            let (stream, rbuf, max, p) = l.into_parts();
+            if let Ok(fd) = stream.as_fd().try_clone_to_owned() {
+                fds.push(fd);
+            }
+            recv_max = max;
+            params.push(p);
+            let stream = Arc::new(stream);
+            streams.push(stream.clone());
+            rx_lanes.push(LaneRx {
+                stream,
+                rbuf,
+                pieces: VecDeque::new(),
+                held: 0,
+            });
+        }
+        let batch = tune::target_lowat(&params[0]).min(WRITE_BATCH);
+        let piece = PIECE_MAX
+            .min(batch)
+            .min(self.peer_max_frame - HEADER_LEN - STRIPE_HEADER);
+        let tx = StripedTx::start(streams, piece, batch);
+        let rx = StripedRx {
+            lanes: rx_lanes,
+            next: 0,
+            start: 0,
+            stream: BytesMut::with_capacity(READ_BLOCK),
+            max: recv_max,
+        };
+        (tx, rx, StripedProbe { fds, params })
+    }
+}
+
+/// A lane's sending state. A piece the socket took only part of is finished
+/// by the lane's flusher task; until then the lane takes no new piece.
+#[derive(Default)]
+struct LaneTx {
+    rest: Vec<Bytes>,
+    /// The flusher task holds `rest` and is writing it.
+    flushing: bool,
+}
+
+impl LaneTx {
+    fn idle(&self) -> bool {
+        self.rest.is_empty() && !self.flushing
+    }
+}
+
+struct TxState {
+    /// Number of the next piece.
+    seq: u64,
+    /// Lane to try first (round robin).
+    next: usize,
+    lanes: Vec<LaneTx>,
+    /// A flusher's write failed: the connection set is dead.
+    failed: Option<io::ErrorKind>,
+}
+
+struct TxShared {
+    streams: Vec<Arc<TcpStream>>,
+    state: Mutex<TxState>,
+    /// One per lane: its flusher has a rest to write.
+    flush: Vec<Notify>,
+    /// A lane became idle again (or failed).
+    idle: Notify,
+}
+
+pub struct StripedTx {
+    shared: Arc<TxShared>,
+    piece: usize,
+    batch: usize,
+    /// Stops the flusher tasks with the sending half.
+    _stop: DropGuard,
+}
+
+impl StripedTx {
+    fn start(streams: Vec<Arc<TcpStream>>, piece: usize, batch: usize) -> Self {
+        let k = streams.len();
+        let shared = Arc::new(TxShared {
+            state: Mutex::new(TxState {
+                seq: 0,
+                next: 0,
+                lanes: (0..k).map(|_| LaneTx::default()).collect(),
+                failed: None,
+            }),
+            flush: (0..k).map(|_| Notify::new()).collect(),
+            idle: Notify::new(),
+            streams,
+        });
+        let stop = CancellationToken::new();
+        for i in 0..k {
+            tokio::spawn(flusher(shared.clone(), i, stop.clone()));
+        }
+        Self {
+            shared,
+            piece,
+            batch,
+            _stop: stop.drop_guard(),
+        }
+    }
+}
+
+/// Finishes the pieces lane `i`'s socket took only part of, waiting for room.
+async fn flusher(shared: Arc<TxShared>, i: usize, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shared.flush[i].notified() => {}
+            _ = stop.cancelled() => return,
+        }
+        let mut rest = {
+            let mut st = shared.state.lock().unwrap();
+            st.lanes[i].flushing = true;
+            std::mem::take(&mut st.lanes[i].rest)
+        };
+        let r = tokio::select! {
+            r = tcp::write_all_segments(&shared.streams[i], &mut rest) => r,
+            _ = stop.cancelled() => return,
+        };
+        {
+            let mut st = shared.state.lock().unwrap();
+            st.lanes[i].flushing = false;
+            if let Err(e) = r {
+                st.failed = Some(e.kind());
+            }
+        }
+        shared.idle.notify_one();
+    }
+}
+
+/// Removes up to `max` bytes from the front of `segs` (slicing, not copying).
+fn cut(segs: &mut Vec<Bytes>, max: usize) -> Vec<Bytes> {
+    let mut piece = Vec::new();
+    let mut left = max;
+    let mut used = 0;
+    for s in segs.iter_mut() {
+        if left == 0 {
+            break;
+        }
+        if s.len() <= left {
+            left -= s.len();
+            piece.push(std::mem::take(s));
+            used += 1;
+        } else {
+            piece.push(s.split_to(left));
+            left = 0;
+        }
+    }
+    segs.drain(..used);
+    piece
+}
+
+impl WanTxNow for StripedTx {
+    fn room(&self) -> usize {
+        let st = self.shared.state.lock().unwrap();
+        let idle = st.lanes.iter().filter(|l| l.idle()).count();
+        self.batch * idle.max(1)
+    }
+
+    fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool> {
+        let sh = &*self.shared;
+        let mut st = sh.state.lock().unwrap();
+        if let Some(kind) = st.failed {
+            return Err(kind.into());
+        }
+        let k = sh.streams.len();
+        // Lanes whose socket took nothing this call: not tried again in it.
+        let mut full = 0u32;
+        segs.retain(|s| !s.is_empty());
+        while !segs.is_empty() {
+            let start = st.next;
+            let Some(i) = (0..k)
+                .map(|d| (start + d) % k)
+                .find(|&i| full & (1 << i) == 0 && st.lanes[i].idle())
+            else {
+                break;
+            };
+            let piece = cut(segs, self.piece);
+            let len: usize = piece.iter().map(|b| b.len()).sum();
+            let mut out = Vec::with_capacity(piece.len() + 1);
+            out.push(Bytes::copy_from_slice(&wire::stripe_header(st.seq, len)));
+            out.extend(piece);
+            let total = len + HEADER_LEN + STRIPE_HEADER;
+            let all = tcp::try_write_segments(&sh.streams[i], &mut out).inspect_err(|e| {
+                st.failed = Some(e.kind());
+            })?;
+            let left: usize = out.iter().map(|b| b.len()).sum();
+            if left == total {
+                // Nothing went: the piece is not this lane's after all.
+                full |= 1 << i;
+                let mut back = out.split_off(1);
+                back.append(segs);
+                *segs = back;
+                continue;
+            }
+            st.seq += 1;
+            st.next = (i + 1) % k;
+            if !all {
+                st.lanes[i].rest = out;
+                sh.flush[i].notify_one();
+            }
+        }
+        Ok(segs.is_empty())
+    }
+
+    fn try_send_slice(&self, buf: &[u8]) -> io::Result<usize> {
+        // A small frame (the idle-link fast path): copied once more here, so a
+        // piece can own it; a piece is sent whole or not at all.
+        let mut segs = vec![Bytes::copy_from_slice(buf)];
+        Ok(if self.try_send(&mut segs)? { buf.len() } else { 0 })
+    }
+}
+
+impl WanTx for StripedTx {
+    async fn send(&self, out: &mut OutBuf) -> io::Result<()> {
+        let mut segs = out.take_segments();
+        loop {
+            let idle = self.shared.idle.notified();
+            if self.try_send(&mut segs)? {
+                return Ok(());
+            }
+            // Wait for an idle lane's socket to have room, or a busy lane to
+            // finish its rest.
+            tokio::pin!(idle);
+            std::future::poll_fn(|cx| {
+                if idle.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Ok(()));
+                }
+                let st = self.shared.state.lock().unwrap();
+                for (i, s) in self.shared.streams.iter().enumerate() {
+                    if st.lanes[i].idle() {
+                        if let Poll::Ready(r) = s.poll_write_ready(cx) {
+                            return Poll::Ready(r);
+                        }
+                    }
+                }
+                Poll::Pending
+            })
+            .await?;
+        }
+    }
+}
+
+struct LaneRx {
+    stream: Arc<TcpStream>,
+    rbuf: BytesMut,
+    /// Pieces received on this lane and not yet appended, in order.
+    pieces: VecDeque<(u64, Bytes)>,
+    /// Bytes of `pieces` plus `rbuf`.
+    held: usize,
+}
+
+pub struct StripedRx {
+    lanes: Vec<LaneRx>,
+    /// Number of the next piece of the rebuilt stream.
+    next: u64,
+    /// Lane polled first (rotates, so no lane waits behind a busy one).
+    start: usize,
+    /// The rebuilt link stream, from which frames are decoded.
+    stream: BytesMut,
+    max: usize,
+}
+
+fn violation(reason: &'static str) -> RecvError {
+    RecvError::Wire(WireError::Malformed {
+        kind: wire::FrameType::Stripe,
+        reason,
+    })
+}
+
+impl StripedRx {
+    /// Parses what the lanes have read into pieces, and appends the pieces that
+    /// come next to the rebuilt stream. True if the stream grew.
+    fn advance(&mut self) -> Result<bool, RecvError> {
+        for l in &mut self.lanes {
+            while let Some(f) = wire::decode(&mut l.rbuf, self.max)? {
+                let Frame::Stripe { seq, data } = f else {
+                    return Err(violation("a striped link's connection carries only STRIPE frames"));
+                };
+                if l.pieces.back().is_some_and(|&(s, _)| s >= seq) || seq < self.next {
+                    return Err(violation("piece out of order on its connection"));
+                }
+                l.held += data.len();
+                l.pieces.push_back((seq, data));
+            }
+        }
+        let mut grew = false;
+        'next: loop {
+            for l in &mut self.lanes {
+                if l.pieces.front().is_some_and(|&(s, _)| s == self.next) {
+                    let (_, data) = l.pieces.pop_front().unwrap();
+                    l.held -= data.len();
+                    self.stream.extend_from_slice(&data);
+                    self.next += 1;
+                    grew = true;
+                    continue 'next;
+                }
+            }
+            break;
+        }
+        Ok(grew)
+    }
+
+    /// Reads from the first lane that has something, skipping lanes that hold
+    /// `REORDER_MAX` already. The lane carrying the next piece never does: its
+    /// queue is empty until that piece comes.
+    async fn fill(&mut self) -> Result<(), RecvError> {
+        let k = self.lanes.len();
+        loop {
+            let start = self.start;
+            let lanes = &self.lanes;
+            let i = std::future::poll_fn(|cx| {
+                for d in 0..k {
+                    let i = (start + d) % k;
+                    let l = &lanes[i];
+                    if l.held + l.rbuf.len() >= REORDER_MAX {
+                        continue;
+                    }
+                    if let Poll::Ready(r) = l.stream.poll_read_ready(cx) {
+                        return Poll::Ready(r.map(|_| i));
+                    }
+                }
+                Poll::Pending
+            })
+            .await?;
+            self.start = (i + 1) % k;
+            let l = &mut self.lanes[i];
+            if l.rbuf.capacity() - l.rbuf.len() < READ_BLOCK / 2 {
+                l.rbuf.reserve(READ_BLOCK);
+            }
+            match tcp::try_read_drain(&l.stream, &mut l.rbuf) {
+                // One lane closing ends the set: the others' pieces cannot be
+                // put in order without its own.
+                Ok(0) => {
+                    return Err(if self.stream.is_empty() && l.rbuf.is_empty() {
+                        RecvError::Closed
+                    } else {
+                        RecvError::ClosedMidFrame
+                    })
+                }
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl WanRx for StripedRx {
+    async fn recv(&mut self) -> Result<Frame, RecvError> {
+        loop {
+            if let Some(f) = self.try_recv()? {
+                return Ok(f);
+            }
+            self.fill().await?;
+        }
+    }
+
+    fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {
+        loop {
+            if let Some(f) = wire::decode(&mut self.stream, self.max)? {
+                return Ok(Some(f));
+            }
+            if !self.advance()? {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Duplicates of the lanes' descriptors, for /status.
+pub struct StripedProbe {
+    fds: Vec<OwnedFd>,
+    params: Vec<WanParams>,
+}
+
+impl WanProbe for StripedProbe {
+    fn streams(&self) -> usize {
+        self.fds.len()
+    }
+
+    fn tcp_info(&self) -> Vec<TcpInfo> {
+        self.fds
+            .iter()
+            .filter_map(|fd| tune::tcp_info(fd).ok())
+            .collect()
+    }
+
+    fn applied(&self) -> Vec<Applied> {
+        self.fds
+            .iter()
+            .zip(&self.params)
+            .map(|(fd, p)| tune::read_back(fd, p))
+            .collect()
+    }
+
+    fn close(&self) {
+        for fd in &self.fds {
+            let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(parts: &[&[u8]]) -> Vec<Bytes> {
+        parts.iter().map(|p| Bytes::copy_from_slice(p)).collect()
+    }
+
+    #[test]
+    fn cut_slices_across_segments() {
+        let mut s = segs(&[b"abc", b"defgh", b"ij"]);
+        let p = cut(&mut s, 5);
+        assert_eq!(p.concat(), b"abcde");
+        assert_eq!(s.concat(), b"fghij");
+        let p = cut(&mut s, 100);
+        assert_eq!(p.concat(), b"fghij");
+        assert!(s.is_empty());
+    }
+
+    /// The receiver rebuilds the stream from pieces that arrive on different
+    /// lanes in any interleaving, and refuses a lane that goes backwards.
+    #[tokio::test]
+    async fn pieces_are_put_back_in_order() {
+        let (a, _a2) = pair().await;
+        let (b, _b2) = pair().await;
+        let lane = |s: TcpStream| LaneRx {
+            stream: Arc::new(s),
+            rbuf: BytesMut::new(),
+            pieces: VecDeque::new(),
+            held: 0,
+        };
+        let mut rx = StripedRx {
+            lanes: vec![lane(a), lane(b)],
+            next: 0,
+            start: 0,
+            stream: BytesMut::new(),
+            max: 1 << 20,
+        };
+        let ping = Frame::Ping { token: 7 }.to_bytes();
+        let put = |rx: &mut StripedRx, lane: usize, seq: u64, d: &[u8]| {
+            let f = Frame::Stripe {
+                seq,
+                data: Bytes::copy_from_slice(d),
+            };
+            rx.lanes[lane].rbuf.extend_from_slice(&f.to_bytes());
+        };
+        // Piece 1 (the frame's tail) arrives first, on lane 1.
+        put(&mut rx, 1, 1, &ping[5..]);
+        assert!(rx.try_recv().unwrap().is_none());
+        put(&mut rx, 0, 0, &ping[..5]);
+        assert_eq!(rx.try_recv().unwrap(), Some(Frame::Ping { token: 7 }));
+        put(&mut rx, 1, 1, b"x");
+        assert!(rx.try_recv().is_err(), "a piece already used is a violation");
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+}
