@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from gridsplit import machine
@@ -168,9 +169,13 @@ def sockstat() -> dict:
 
 
 def metrics(admin: str) -> dict:
-    """The gateway's /metrics: unlabelled gauges and counters, and non-zero labelled ones."""
-    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=5) as r:
-        text = r.read().decode()
+    """The gateway's /metrics: unlabelled gauges and counters, and non-zero labelled ones;
+    {"error": ...} if it does not answer (a gateway out of descriptors cannot accept)."""
+    try:
+        with urllib.request.urlopen(f"http://{admin}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except (OSError, ValueError) as e:
+        return {"error": str(e)}
     m = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -326,7 +331,7 @@ def one_run(gsd: Path, gsl: Path, plan: Plan, nofile: int, steps: list[int], act
                 # Every flow closed by its client must leave both gateways.
                 deadline = time.monotonic() + 15
                 while time.monotonic() < deadline:
-                    if all(metrics(gw[n]["admin"]).get("flows_active", 0) == 0 for n in gw):
+                    if all(metrics(gw[n]["admin"]).get("flows_active") == 0 for n in gw):
                         break
                     time.sleep(0.2)
             elif ev["phase"] == "idle":
@@ -562,14 +567,14 @@ def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: 
         if ev["event"] == "open":
             f = f", failed {ev['failed']} {ev['failures']}" if ev["failed"] else ""
             out.print(f"  opened {ev['opened']}/{ev['requested']} → {ev['step']} idle flows at "
-                      f"{ev['rate_per_s']:.0f}/s{f}")
+                      f"{ev['rate_per_s']:.0f}/s{escape(f)}")
         elif ev["event"] == "latency":
             r = ev["rtt_us"]
             out.print(f"  {ev['msg_size']} B echo with {ev['idle_flows']} idle flows: p50 {r['p50']:.0f} µs, "
                       f"p99 {r['p99']:.0f} µs, p99.9 {r['p999']:.0f} µs ({ev['round_trips']} round trips)")
 
     if probe_defaults:
-        out.print(f"probe: {probe_flows} flows through gateways with the product's default [limits]")
+        out.print(f"probe: {probe_flows} flows through gateways with the product's default limits")
         r = one_run(gsd, gsl, Plan(octet, None, None, strategy, threads), nofile, [probe_flows], 1, 0.5,
                     msg_size, concurrency, 0.0, 3000, gsload_threads)
         o = next(e for e in r["events"] if e["event"] == "open")
@@ -580,7 +585,7 @@ def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: 
                  "flows_active": {g: s["gateways"][g]["metrics"].get("flows_active") for g in ("alpha", "beta")},
                  "lan_accepted": {g: s["gateways"][g]["metrics"].get("lan_accepted_total") for g in ("alpha", "beta")}}
         rows.append(probe)
-        out.print(f"  admitted {o['opened']} of {o['requested']} (failures {o['failures']})")
+        out.print(escape(f"  admitted {o['opened']} of {o['requested']} (failures {o['failures']})"))
 
     for rep in range(repeat):
         out.print(f"[bold]repeat {rep + 1}/{repeat}[/bold]")
