@@ -6,6 +6,7 @@ import json
 import socket
 import struct
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,47 @@ def test_lan_mss_fits_one_segment_per_node(tmp_path):
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode == 0, chk.stderr
+
+
+def test_wan_streams_reach_the_link_rate_at_its_loss():
+    """The fewest connections whose Mathis bounds add up to the link's rate; one without loss; capped at 16."""
+    from gridsplit.gateway import wan_streams
+    from gridsplit.tcpbound import mathis_mbps
+    assert wan_streams(1000, 10, 0.0)[0] == 1
+    one = mathis_mbps(1448, 20, 0.0005)  # about 31.6 Mb/s
+    k, why = wan_streams(200, 20, 0.0005)
+    assert (k - 1) * one < 200 <= k * one and "Mathis" in why, (k, one)
+    assert wan_streams(20, 20, 0.0005)[0] == 1  # one connection already reaches a slow link
+    k, why = wan_streams(10000, 40, 0.001)
+    assert k == 16 and "reach only" in why
+
+
+def test_gateway_config_stripes_lossy_links(tmp_path):
+    """`gateway config` writes each link's stream count with its reason, from the topology's loss or
+    [gateways] wan_streams, and gridsplitd accepts it."""
+    from gridsplit.gateway import gateway_toml
+    from gridsplit.topology import parse_topology
+    base = ('[defaults]\nnic_mbps = 200\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\n'
+            '[[site]]\nname = "b"\nnodes = 1\n[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\nrate_mbps = 200\n')
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+    clean = gateway_toml(parse_topology(tomllib.loads(base), "t"), "a", str(psk))
+    assert "streams = 1\n" in clean and "no random loss" in clean
+    lossy = gateway_toml(parse_topology(tomllib.loads(base + "loss = 0.0005\n"), "t"), "a", str(psk))
+    assert "streams = 7\n" in lossy and "Mathis" in lossy
+    fixed = gateway_toml(parse_topology(tomllib.loads(base + "loss = 0.0005\n[gateways]\nwan_streams = 3\n"), "t"),
+                         "a", str(psk))
+    assert "streams = 3\n" in fixed and "fixed by the topology" in fixed
+    gridsplitd = Path(__file__).resolve().parents[1] / "target" / "release" / "gridsplitd"
+    if not gridsplitd.exists():
+        pytest.skip("gridsplitd is not built (make build)")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(lossy)
+    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
+                         timeout=30)
+    assert chk.returncode == 0, chk.stderr
+    cfg.write_text(lossy.replace("streams = 7", "streams = 0"))
+    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
+                         timeout=30)
+    assert chk.returncode != 0 and "streams" in chk.stderr and len(chk.stderr.strip().splitlines()) == 1, chk.stderr

@@ -93,6 +93,9 @@ BAD = [
     (GOOD + '[gateways]\nlan_tuning = "yes"\n', "gateways.lan_tuning: must be true or false"),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
     (GOOD + '[gateways]\noutage_limit_s = 0.5\n', "gateways.outage_limit_s: must be ≥ 1"),
+    (GOOD + '[gateways]\nwan_streams = 0\n', "gateways.wan_streams: must be > 0, got 0; e.g. wan_streams = 4"),
+    (GOOD + '[gateways]\nwan_streams = 17\n', "gateways.wan_streams: must be ≤ 16"),
+    (GOOD + '[gateways]\nwan_streams = "many"\n', 'gateways.wan_streams: must be "auto" or a number'),
 ]
 
 
@@ -250,3 +253,10 @@ def test_lab_shapes_the_gateway_nic_and_its_switch_port(monkeypatch, tmp_path):
     assert port.endswith(f"limit {t.site('a').switch_buffer_bytes}")  # the site's port buffer, in bytes
     nic = next(l for l in tc["gsx-a-gw"] if " dev eth0 " in l)
     assert f"peakrate {int(200e6 * realize.NIC_PEAK)}bit" in nic
+
+
+def test_wan_streams_key():
+    assert parse_topology(tomllib.loads(GOOD), "x").gateways.wan_streams == 0  # auto
+    t = parse_topology(tomllib.loads(GOOD + '[gateways]\nwan_streams = "auto"\n'), "x")
+    assert t.gateways.wan_streams == 0 and t.to_dict()["gateways"]["wan_streams"] == 0
+    assert parse_topology(tomllib.loads(GOOD + '[gateways]\nwan_streams = 4\n'), "x").gateways.wan_streams == 4

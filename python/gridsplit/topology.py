@@ -154,6 +154,10 @@ class GatewaySettings:
     # How long a WAN link may stay down before its flows are reset; within it
     # they are held and resumed (docs/design/wan-sessions.md).
     outage_limit_s: float = 120.0
+    # TCP connections per WAN link (gridsplitd [[link]] streams); 0 = "auto":
+    # `gateway config` picks the fewest that reach the link's rate at its loss
+    # (gateway.wan_streams; docs/design/wan-striping.md).
+    wan_streams: int = 0
 
 
 @dataclass(frozen=True)
@@ -397,7 +401,7 @@ WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_m
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_rto_min_us", "outage_limit_s")
+                "lan_rto_min_us", "outage_limit_s", "wan_streams")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -424,6 +428,15 @@ def _lab_settings(r: _Reader) -> LabSettings:
         sub_segment=r.boolean("sub_segment", True),
         wanem_steer=r.boolean("wanem_steer", False),
     )
+
+
+def _wan_streams(g: _Reader) -> int:
+    """`[gateways] wan_streams`: "auto" (0) or 1..16."""
+    if g.has("wan_streams") and g.table.get("wan_streams") == "auto":
+        return 0
+    if g.has("wan_streams") and isinstance(g.table.get("wan_streams"), str):
+        g.fail("wan_streams", 'must be "auto" or a number of connections 1..16, e.g. wan_streams = 4')
+    return g.integer("wan_streams", 0, lo=1, hi=16, example="wan_streams = 4") if g.has("wan_streams") else 0
 
 
 def parse_topology(data: dict[str, Any], src: str) -> Topology:
@@ -556,6 +569,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         lan_tuning=g.boolean("lan_tuning", True),
         lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
+        wan_streams=_wan_streams(g),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

@@ -84,17 +84,19 @@ class Point:
     strategy: str | None
     congestion: str | None
     lan: bool | None = None
+    # [gateways] wan_streams: 0 = auto (gateway.wan_streams), else a count.
+    streams: int | None = None
 
     @property
     def variant(self) -> dict[str, Any] | None:
         """The gateway settings of a split run, as result rows record them (row_key reads them back)."""
-        return {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan} \
-            if self.mode == "split" else None
+        return {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
+                "wan_streams": self.streams} if self.mode == "split" else None
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan)
+                self.lan, self.streams)
 
 
 # -- placement and physics -----------------------------------------------------
@@ -353,9 +355,10 @@ def ensure_lab(names: LabNames, topology: str, nodes: int, scale: float | None, 
 
 
 def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
-         strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,)) -> list[Point]:
+         strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,),
+         streams: tuple[int | None, ...] = (None,)) -> list[Point]:
     """Every point in run order: direct and the first split variant side by side; other variants after."""
-    variants = [(s, c, i) for s in strategies for c in ccs for i in lans]
+    variants = [(s, c, i, k) for s in strategies for c in ccs for i in lans for k in streams]
     if OPS[op].pair:
         nodes = [1]
     pts = []
@@ -364,7 +367,7 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
             for n in nodes:
                 for m in sizes:
                     for mode in modes:
-                        v = variants[0] if mode == "split" else (None, None, None)
+                        v = variants[0] if mode == "split" else (None, None, None, None)
                         pts.append(Point(op, impl, n, m, k, mode, *v))
         if "split" in modes:
             for v in variants[1:]:
@@ -378,15 +381,17 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
 def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: list[int], reps: int,
           budget: float, modes: list[str], impls: list[str], repeat: int, strategies: list[str | None],
           ccs: list[str | None], out: Path, check: bool, con: Console,
-          lans: tuple[bool | None, ...] = (None,), rank_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+          lans: tuple[bool | None, ...] = (None,), rank_env: dict[str, str] | None = None,
+          streams: tuple[int | None, ...] = (None,)) -> list[dict[str, Any]]:
     sysdeps.need_root(f"gridsplit bench {op}")
     names = LabNames.from_env()
     gw = load_topology(topology, None, scale).gateways
     strategies = [s or gw.strategy for s in strategies]
     ccs = [c or gw.congestion for c in ccs]
     lans = [gw.lan_tuning if i is None else i for i in lans]
+    streams = tuple(gw.wan_streams if k is None else k for k in streams)
     rank_env = rank_env or {}
-    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans)
+    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans, streams)
     done: dict[tuple, dict] = {}
     if out.exists():
         rows = read_rows(out)
@@ -432,7 +437,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
                 "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
-                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
+                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans, "wan_streams": streams,
                     "check": check}, "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
                 "rank_env_extra": rank_env,
                 "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
@@ -449,7 +454,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
 
 
 def _short(p: Point) -> str:
-    return p.strategy + ("" if p.lan in (None, True) else "-untuned")
+    return p.strategy + ("" if p.lan in (None, True) else "-untuned") + (f"-{p.streams}s" if p.streams else "")
 
 
 def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
@@ -457,18 +462,19 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
              sirq: SoftirqClock | None = None) -> list[dict[str, Any]]:
     rows = []
     g = state.topo.gateways
-    variant = (g.strategy, g.congestion, g.lan_tuning)
+    variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams)
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*cols, console=con, transient=False) as bar:
         task = bar.add_task("sweep", total=len(todo))
         for p in todo:
-            if p.mode == "split" and (p.strategy, p.congestion, p.lan) != variant:
+            if p.mode == "split" and (p.strategy, p.congestion, p.lan, p.streams) != variant:
                 bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control "
-                                  f"{p.congestion}, LAN tuning {'on' if p.lan else 'off'}")
+                                  f"{p.congestion}, LAN tuning {'on' if p.lan else 'off'}, WAN streams "
+                                  f"{p.streams or 'auto'}")
                 state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion,
-                                                 lan_tuning=p.lan)
-                variant = (p.strategy, p.congestion, p.lan)
+                                                 lan_tuning=p.lan, wan_streams=p.streams)
+                variant = (p.strategy, p.congestion, p.lan, p.streams)
             bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
             try:
@@ -528,6 +534,15 @@ def _count(v: str) -> int:
     if n < 1:
         raise ValueError(f"{v!r} is not a node count (give whole numbers of 1 or more, e.g. 4,12,20)")
     return n
+
+
+def _streams(v: str) -> int:
+    """A --wan-streams entry: "auto" (0) or 1..16 connections per WAN link."""
+    if v == "auto":
+        return 0
+    if not v.isdigit() or not 1 <= int(v) <= 16:
+        raise ValueError(f"{v!r} is not auto or a number of connections 1..16")
+    return int(v)
 
 
 def _choice_list(allowed):
@@ -592,6 +607,10 @@ def make_command(op: str) -> click.Command:
                   help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port; "
                        "LAN timers too where the topology sets lan_rto_min_us) to compare in split mode: on, off "
                        "or on,off; default: the topology's (on).")
+    @click.option("--wan-streams", "streams", default=None, callback=_csv(_streams),
+                  help="TCP connections per WAN link to compare in split mode: auto (the fewest that reach the "
+                       "link's rate at its loss, Mathis) or 1..16, e.g. 1,auto; default: the topology's "
+                       "([gateways] wan_streams).")
     @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=_rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "
                        "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=1048576 (repeatable; recorded in "
@@ -603,8 +622,8 @@ def make_command(op: str) -> click.Command:
                        "Default: gridsplit-out/bench/DATE-TOPOLOGY-OP.jsonl (under the current directory).")
     @click.option("--report/--no-report", "make_report", default=True, show_default=True,
                   help="Write the HTML report next to the result file at the end.")
-    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, rank_env, check,
-            out, make_report):
+    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, streams,
+            rank_env, check, out, make_report):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
         # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
         # must still stop its MPI job and remove its trace instance.
@@ -613,7 +632,8 @@ def make_command(op: str) -> click.Command:
             out = Path("gridsplit-out/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
                      strategies or [None], ccs or [None], out, check, con,
-                     tuple(i == "on" for i in lans) if lans else (None,), rank_env)
+                     tuple(i == "on" for i in lans) if lans else (None,), rank_env,
+                     tuple(streams) if streams else (None,))
         summary = summarize(rows)
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")

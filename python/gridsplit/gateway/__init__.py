@@ -9,6 +9,7 @@ JSON a gateway serves on its admin endpoint.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GridsplitError
+from ..tcpbound import mathis_mbps
 from ..topology import Topology
 
 ADMIN = "127.0.0.1:7300"
@@ -29,6 +31,28 @@ def pacing_bps(path_mbps: float) -> int:
     `path_mbps` on the wire (Ethernet framing: 1514 bytes carry 1500) just
     under full: bursts then never pile up in a downstream buffer."""
     return int(path_mbps * 1e6 * 1500 / 1514 * 0.995)
+
+
+# Most TCP connections a link is striped over (gridsplitd's config.rs MAX_STREAMS).
+MAX_WAN_STREAMS = 16
+
+
+def wan_streams(rate_mbps: float, rtt_ms: float, loss: float, mss: int = 1448) -> tuple[int, str]:
+    """The fewest TCP connections whose Mathis bounds together reach a WAN link's
+    rate at its random loss, and why, in one line for the config.
+
+    One connection at loss p is held to about MSS/RTT x 1.22/sqrt(p) (Reno's
+    bound; CUBIC does somewhat better on long paths, so this errs toward one
+    stream too many, which costs a connection, not throughput). No loss: one
+    connection reaches the rate once its window is tuned (docs/design/wan-striping.md)."""
+    one = mathis_mbps(mss, rtt_ms, loss)
+    if math.isinf(one) or one >= rate_mbps:
+        return 1, (f"one connection reaches the link's {rate_mbps:g} Mb/s"
+                   + (f" (loss {loss:.3%}: about {one:.0f} Mb/s each, Mathis)" if loss > 0 else " (no random loss)"))
+    k = min(MAX_WAN_STREAMS, math.ceil(rate_mbps / one))
+    reach = "reach" if k * one >= rate_mbps else f"reach only {k * one:.0f} Mb/s of"
+    return k, (f"loss {loss:.3%} at {rtt_ms:g} ms RTT holds one connection to about {one:.0f} Mb/s (Mathis); "
+               f"{k} {reach} the link's {rate_mbps:g} Mb/s")
 
 
 # What a gateway host's TCP needs that no socket option sets (gridsplitd
@@ -64,7 +88,7 @@ def lan_port_wire_bytes(topo: Topology, site: str) -> float:
     """Wire bytes in flight that the switch port toward a site's gateway holds
     without loss: its drop-tail buffer plus the LAN's bandwidth-delay product."""
     s = topo.site(site)
-    return s.switch_buffer_bytes + s.nic_mbps * 1e6 / 8 * LAN_RTT_S
+    return s.switch_buffer_bytes + s.gateway_nic_mbps * 1e6 / 8 * LAN_RTT_S
 
 
 def lan_window_budget(topo: Topology, site: str) -> int:
@@ -192,8 +216,13 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         # under it keeps the sender's NIC bursts out of the far switch's buffer.
         path = topo.bottleneck_mbps(gateway_host(topo, site), gateway_host(topo, peer))
         fig = m or {"bandwidth_bps": int(path * 1e6), "rtt_ms": w.rtt_ms, "pacing_bps": pacing_bps(path)}
+        if g.wan_streams:
+            streams, why = g.wan_streams, "fixed by the topology ([gateways] wan_streams)"
+        else:
+            loss = m.get("loss", w.loss) if m is not None else w.loss
+            streams, why = wan_streams(fig["bandwidth_bps"] / 1e6, fig["rtt_ms"], loss)
         lines += ["[[link]]", f'peer = "{peer}"', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}",
-                  f"pacing_bps = {fig['pacing_bps']}"]
+                  f"pacing_bps = {fig['pacing_bps']}", f"# streams: {why}", f"streams = {streams}"]
         if m is not None:
             lines += [f"socket_buffer = {m['socket_buffer']}", f'congestion = "{m["congestion"]}"']
         lines.append("")

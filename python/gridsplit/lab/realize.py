@@ -158,20 +158,20 @@ def _gateway_overrides(data: dict) -> dict:
     return {k: v for k, v in (data.get("gateway_overrides") or {}).items() if k in known}
 
 
-def restart_gateways(state: LabState, **overrides: str | bool) -> LabState:
+def restart_gateways(state: LabState, **overrides: str | bool | int) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
-    `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning). Benchmarks
+    `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning, wan_streams). Benchmarks
     use this to compare strategies and WAN tuning on one unchanged lab, so the
     network under test stays the same between variants.
     """
     sites = state.data.get("gateways") or []
     if not sites:
         raise GridsplitError("this lab has no gateways to restart (topology without gateway = true, or `lab up --no-gateways`)")
-    bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning")}
+    bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning", "wan_streams")}
     if bad:
         raise GridsplitError(f"cannot override gateway setting(s) {', '.join(sorted(bad))}; "
-                             "only strategy, congestion and lan_tuning")
+                             "only strategy, congestion, lan_tuning and wan_streams")
     names = state.names
     with _lock(names):
         current = json.loads(names.state_file.read_text())  # as it is now: faults may have changed it

@@ -27,8 +27,7 @@ import math
 from typing import Any
 
 from ..lab.iperf import receiver_intervals_mbps
-
-MATHIS_C = math.sqrt(1.5)
+from ..tcpbound import mathis_mbps
 CPU_BOUND_PERCENT = 90.0          # an iperf3 process (one thread) this busy is the bottleneck
 BACKLOG_PACKET_BYTES = 1500       # Guillier et al. 2006 §3's average packet
 # In-flight / buffer maximum between these bounds counts as "at the buffer":
@@ -90,13 +89,6 @@ def summarize_iperf(raw: dict[str, Any]) -> dict[str, Any]:
         "window_request": start.get("sock_bufsize") or None,
         "congestion": end.get("sender_tcp_congestion"),
     }
-
-
-def mathis_mbps(mss: int, rtt_ms: float, p: float) -> float:
-    """Mathis et al.'s steady-state bound for a Reno flow at loss rate p (Mb/s)."""
-    if p <= 0 or rtt_ms <= 0:
-        return math.inf
-    return mss * 8 / (rtt_ms / 1000) * MATHIS_C / math.sqrt(p) / 1e6
 
 
 def least(key: str, *facts: dict[str, Any]) -> Any:

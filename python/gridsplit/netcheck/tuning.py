@@ -172,9 +172,12 @@ def gateway_links(report: dict[str, Any], site: str) -> dict[str, dict[str, Any]
         pacing = best_wire if path_limited and 0 < best_wire < ok * cap else cap
         rtt = (c.get("rtt") or {}).get("min_ms") or c["advice"]["bdp_bytes"] * 8 / (cap * 1e3)
         cur = links.get(peer)
+        # Random loss as the untuned single flow saw it (retransmits per
+        # segment): what `gateway config` stripes the link against.
+        loss = ((c.get("diagnosis", {}).get("untuned") or {}).get("evidence") or {}).get("retransmit_rate") or 0.0
         entry = {"rtt_ms": round(rtt, 3), "bandwidth_bps": int(cap * 1e6),
                  "socket_buffer": c["advice"]["buffer_bytes"], "pacing_bps": int(pacing * 1e6),
-                 "congestion": c["advice"]["congestion"]["algorithm"]}
+                 "congestion": c["advice"]["congestion"]["algorithm"], "loss": loss}
         if cur is None:
             links[peer] = entry
         else:
@@ -182,6 +185,7 @@ def gateway_links(report: dict[str, Any], site: str) -> dict[str, dict[str, Any]
             cur["socket_buffer"] = max(cur["socket_buffer"], entry["socket_buffer"])
             cur["pacing_bps"] = min(cur["pacing_bps"], entry["pacing_bps"])
             cur["bandwidth_bps"] = min(cur["bandwidth_bps"], entry["bandwidth_bps"])
+            cur["loss"] = max(cur["loss"], entry["loss"])
             if entry["congestion"] == "bbr":
                 cur["congestion"] = "bbr"
     return links
