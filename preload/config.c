@@ -9,8 +9,8 @@
  * three string keys of one table type, so the parser implements a documented subset:
  *
  *   - comments (#), blank lines, [table] and [[array-of-tables]] headers;
- *   - in [[site]] tables: name, subnet and gateway_lan as one-line basic ("...") or
- *     literal ('...') strings; any other key (gateway_wan, nodes, ...) is skipped;
+ *   - in [[site]] tables: name, subnet, gateway_lan and direct_to as one-line basic
+ *     ("...") or literal ('...') strings; any other key (gateway_wan, ...) is skipped;
  *   - everywhere else, values of any TOML type are skipped without being
  *     interpreted: strings of all four kinds (including multi-line ones), arrays and
  *     inline tables spanning several lines, numbers, booleans, dates.
@@ -240,6 +240,35 @@ static int prefix_is_loopback(const struct gs_prefix *p)
     return p->len == 128 && is_loopback(&p->net);
 }
 
+/* Non-zero when `name` is one of the site names in `list` (separated by
+ * spaces or commas). */
+static int list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, " ,");
+        if (len == n && len && strncmp(p, name, n) == 0)
+            return 1;
+        p += len;
+    }
+    return 0;
+}
+
+/* The split policy: connections between sites a and b stay direct when either
+ * site's table (any of them: a site may have several) lists the other. */
+static int pair_is_direct(const struct gs_config *cfg, const char *a, const char *b)
+{
+    for (int i = 0; i < cfg->nsites; i++) {
+        const struct gs_site *st = &cfg->site[i];
+        if ((strcmp(st->name, a) == 0 && list_has(st->direct_to, b)) ||
+            (strcmp(st->name, b) == 0 && list_has(st->direct_to, a)))
+            return 1;
+    }
+    return 0;
+}
+
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst)
 {
     int best = -1, bestlen = -1;
@@ -257,6 +286,8 @@ int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst)
         return -1;
     /* 127.0.0.1 and friends stay local unless a site explicitly lives on loopback. */
     if (is_loopback(dst) && !prefix_is_loopback(&cfg->site[best].subnet))
+        return -1;
+    if (cfg->own >= 0 && pair_is_direct(cfg, cfg->site[cfg->own].name, cfg->site[best].name))
         return -1;
     return best;
 }
@@ -524,7 +555,7 @@ static int parse_key(struct parser *ps, char *out, size_t cap, int *simple)
     return 0;
 }
 
-enum { K_NAME = 1, K_SUBNET = 2, K_GW = 4 };
+enum { K_NAME = 1, K_SUBNET = 2, K_GW = 4, K_DIRECT = 8 };
 
 static int finish_site(struct parser *ps, struct gs_config *cfg, int seen)
 {
@@ -538,6 +569,32 @@ static int finish_site(struct parser *ps, struct gs_config *cfg, int seen)
         r = perr(ps, "[[site]] \"%s\" has no subnet", st->name);
     ps->line = save;
     return r;
+}
+
+/* Every name in a direct_to list must be a site of the file: a typo would
+ * otherwise silently split what the policy meant to leave direct. */
+static int check_direct_to(const struct gs_config *cfg, char *err, size_t errlen)
+{
+    for (int i = 0; i < cfg->nsites; i++) {
+        const char *p = cfg->site[i].direct_to;
+        while (*p) {
+            while (*p == ' ' || *p == ',')
+                p++;
+            size_t len = strcspn(p, " ,");
+            if (!len)
+                break;
+            int known = 0;
+            for (int k = 0; k < cfg->nsites && !known; k++)
+                known = strlen(cfg->site[k].name) == len && strncmp(cfg->site[k].name, p, len) == 0;
+            if (!known) {
+                snprintf(err, errlen, "line %d: direct_to names \"%.*s\", which is no [[site]] of this file",
+                         cfg->site[i].direct_line, (int)len, p);
+                return -1;
+            }
+            p += len;
+        }
+    }
+    return 0;
 }
 
 int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *err,
@@ -626,6 +683,8 @@ int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *e
                 which = K_SUBNET;
             else if (strcmp(key, "gateway_lan") == 0)
                 which = K_GW;
+            else if (strcmp(key, "direct_to") == 0)
+                which = K_DIRECT;
         }
         if (!which) {
             if (skip_value(&ps) < 0)
@@ -637,7 +696,7 @@ int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *e
         seen |= which;
         if (*ps.p != '"' && *ps.p != '\'')
             return perr(&ps, "%s must be a string", key);
-        char val[128];
+        char val[256];
         int trunc;
         if (parse_string(&ps, val, sizeof val, &trunc) < 0)
             return -1;
@@ -648,6 +707,11 @@ int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *e
             if (!val[0])
                 return perr(&ps, "site name is empty");
             strcpy(st->name, val);
+        } else if (which == K_DIRECT) {
+            if (trunc)
+                return perr(&ps, "direct_to is longer than %zu bytes", sizeof st->direct_to - 1);
+            strcpy(st->direct_to, val);
+            st->direct_line = ps.line;
         } else if (which == K_SUBNET) {
             if (trunc || parse_cidr(val, &st->subnet) < 0)
                 return perr(&ps, "subnet \"%s\" is not a CIDR prefix", val);
@@ -665,7 +729,7 @@ int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *e
         snprintf(err, errlen, "no [[site]] table");
         return -1;
     }
-    return 0;
+    return check_direct_to(cfg, err, errlen);
 }
 
 /* ------------------------------------------------------------ own site */

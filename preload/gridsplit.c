@@ -145,6 +145,15 @@ static void load_config_once(void)
         gs_log("GRIDSPLIT_CONFIG=%s: %s; connections are NOT redirected", path, err);
     } else {
         config_ok = 1;
+        /* GRIDSPLIT_SPLIT=all: split every cross-site connection, whatever the
+         * config's split policy (direct_to) says; set by `--split=all`. */
+        const char *mode = getenv("GRIDSPLIT_SPLIT");
+        if (mode && strcmp(mode, "all") == 0) {
+            for (int i = 0; i < config.nsites; i++)
+                config.site[i].direct_to[0] = 0;
+        } else if (mode && *mode && strcmp(mode, "policy") != 0) {
+            gs_log("GRIDSPLIT_SPLIT=%s is neither \"all\" nor \"policy\"; following the config's policy", mode);
+        }
         if (gs_debug) {
             const struct gs_site *own = &config.site[config.own];
             char gw[64];

@@ -49,6 +49,10 @@ struct gs_site {
     struct gs_addr gw; /* host part of gateway_lan */
     uint16_t gw_port;
     int line; /* line of the [[site]] header, for messages */
+    /* direct_to: names of sites this site's connections to (and from) are left
+     * direct, not split (the split policy, docs/protocol.md section 5). */
+    char direct_to[256];
+    int direct_line;
 };
 
 struct gs_config {

@@ -250,3 +250,41 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode != 0 and "streams" in chk.stderr and len(chk.stderr.strip().splitlines()) == 1, chk.stderr
+
+
+def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path):
+    """A pair is split when its gateways carry what its nodes reach directly; otherwise its sites list each
+    other in direct_to (with the reason), `split = "all"` splits everything, and gridsplitd accepts the file."""
+    from gridsplit.gateway import gateway_toml, sites_toml, split_pairs
+    from gridsplit.topology import parse_topology
+    three = ('[defaults]\nnic_mbps = 100\ngateway = true\n'
+             '[[site]]\nname = "a"\nnodes = 3\n[[site]]\nname = "b"\nnodes = 2\n[[site]]\nname = "c"\nnodes = 1\n'
+             '[[wan]]\nsites = ["a", "b"]\nrtt_ms = 4\nrate_mbps = 1000\n'
+             '[[wan]]\nsites = ["a", "c"]\nrtt_ms = 12\nrate_mbps = 1000\n'
+             '[[wan]]\nsites = ["b", "c"]\nrtt_ms = 20\nrate_mbps = 1000\n')
+    topo = parse_topology(tomllib.loads(three), "t")
+    pol = split_pairs(topo)
+    assert pol[("a", "b")][0] is False and "200 Mb/s" in pol[("a", "b")][1]  # 2 x 100 through a 100 Mb/s gateway
+    assert pol[("a", "c")][0] is True and pol[("b", "c")][0] is True  # c's one node: no more than a gateway
+    text = sites_toml(topo)
+    assert text.count("direct_to") == 1 and 'direct_to = "b"' in text
+    assert "direct_to" not in sites_toml(topo, policy=False)
+    fast = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 400")), "t")
+    assert all(s for s, _ in split_pairs(fast).values())
+    forced = parse_topology(tomllib.loads(three + '[gateways]\nsplit = "all"\n'), "t")
+    assert all(s for s, _ in split_pairs(forced).values()) and "direct_to" not in sites_toml(forced)
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+    gridsplitd = Path(__file__).resolve().parents[1] / "target" / "release" / "gridsplitd"
+    if not gridsplitd.exists():
+        pytest.skip("gridsplitd is not built (make build)")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(gateway_toml(topo, "a", str(psk)))
+    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
+                         timeout=30)
+    assert chk.returncode == 0, chk.stderr
+    cfg.write_text(gateway_toml(topo, "a", str(psk)).replace('direct_to = "b"', 'direct_to = "bee"'))
+    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
+                         timeout=30)
+    assert chk.returncode != 0 and "direct_to" in chk.stderr and "'bee'" in chk.stderr, chk.stderr

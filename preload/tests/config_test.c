@@ -181,9 +181,37 @@ static void test_errors(void)
           "lenient outside [[site]]: %s", err);
 }
 
+/* The split policy: a pair listed in either site's direct_to stays direct, from
+ * both ends; other pairs are still split; an unknown name is an error. */
+static void test_direct_to(void)
+{
+    const char *three = "[[site]]\nname=\"a\"\nsubnet=\"10.1.0.0/16\"\ngateway_lan=\"10.1.0.254:1\"\n"
+                        "direct_to = \"b\"\n"
+                        "[[site]]\nname=\"b\"\nsubnet=\"10.2.0.0/16\"\ngateway_lan=\"10.2.0.254:1\"\n"
+                        "[[site]]\nname=\"c\"\nsubnet=\"10.3.0.0/16\"\ngateway_lan=\"10.3.0.254:1\"\n";
+    CHECK(parse(three) == 0, "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    CHECK(classify("10.2.0.5") == -1, "a -> b is direct");
+    CHECK(classify("10.3.0.5") == 2, "a -> c is split");
+    CHECK(parse(three) == 0, "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "b", err, sizeof err) == 0, "%s", err);
+    CHECK(classify("10.1.0.5") == -1, "b -> a is direct too (listed on a's side)");
+    CHECK(classify("10.3.0.5") == 2, "b -> c is split");
+    CHECK(parse("[[site]]\nname=\"a\"\nsubnet=\"10.1.0.0/16\"\ngateway_lan=\"10.1.0.254:1\"\n"
+                "direct_to = \"c, b\"\n"
+                "[[site]]\nname=\"b\"\nsubnet=\"10.2.0.0/16\"\n"
+                "[[site]]\nname=\"c\"\nsubnet=\"10.3.0.0/16\"\n") == 0, "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    CHECK(classify("10.2.0.5") == -1 && classify("10.3.0.5") == -1, "a list of two");
+    expect_error("[[site]]\nname=\"a\"\nsubnet=\"10.1.0.0/16\"\ndirect_to = \"bb\"\n"
+                 "[[site]]\nname=\"b\"\nsubnet=\"10.2.0.0/16\"\n",
+                 "line 4: direct_to names \"bb\", which is no [[site]] of this file");
+}
+
 int main(void)
 {
     test_full();
+    test_direct_to();
     test_loopback_sites();
     test_errors();
     printf("config_test: %d passed, %d failed\n", checks - failures, failures);

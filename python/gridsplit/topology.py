@@ -158,6 +158,9 @@ class GatewaySettings:
     # `gateway config` picks the fewest that reach the link's rate at its loss
     # (gateway.wan_streams; docs/design/wan-striping.md).
     wan_streams: int = 0
+    # Which site pairs' connections are split: "auto" (those whose gateways can
+    # carry what the nodes reach directly; gateway.split_pairs) or "all".
+    split: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -401,7 +404,7 @@ WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_m
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_rto_min_us", "outage_limit_s", "wan_streams")
+                "lan_rto_min_us", "outage_limit_s", "wan_streams", "split")
 DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -570,6 +573,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
         wan_streams=_wan_streams(g),
+        split=g.string("split", "auto", ("auto", "all")),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

@@ -469,6 +469,9 @@ struct RawSite {
     subnet: String,
     gateway_lan: String,
     gateway_wan: String,
+    /// The split policy, read by libgridsplit.so: sites whose connections with
+    /// this one stay direct. The gateway only checks the names.
+    direct_to: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -596,6 +599,19 @@ fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config, ConfigErr
             gateway_lan: addr(&f("gateway_lan"), &s.gateway_lan)?,
             gateway_wan: addr(&f("gateway_wan"), &s.gateway_wan)?,
         });
+    }
+
+    for (i, s) in raw.site.iter().enumerate() {
+        let list = s.direct_to.as_deref().unwrap_or("");
+        for name in list.split([' ', ',']).filter(|n| !n.is_empty()) {
+            if !sites.iter().any(|o| o.name == name) {
+                return Err(err(
+                    &format!("site[{i}].direct_to"),
+                    format!("'{name}' is not the name of a [[site]]"),
+                    "list site names separated by spaces, e.g. direct_to = \"west north\"",
+                ));
+            }
+        }
     }
 
     let g = &raw.gateway;

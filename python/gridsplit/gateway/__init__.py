@@ -132,16 +132,58 @@ def lan_initrwnd(mss: int, full_size: int = GATEWAY_LAN_INITRWND) -> int:
     return 2 * full_size if mss else full_size
 
 
-def sites_toml(topo: Topology) -> str:
-    """The [[site]] tables: what nodes need to know (their library reads only these)."""
+def split_pairs(topo: Topology) -> dict[tuple[str, str], tuple[bool, str]]:
+    """The split policy: for each pair of sites with gateways, whether their
+    connections are split, and why in one line.
+
+    A pair is split when its gateways carry at least what the two sites' nodes
+    can put on that path directly: the smaller of the WAN's rate and each
+    site's nodes x NIC. Then splitting costs no bandwidth whatever the traffic
+    pattern, and wins wherever TCP suffers (incast, loss, slow start). Below it,
+    bulk traffic between many nodes (all-to-all) would be capped at the gateway
+    NIC, so the pair stays direct unless `[gateways] split = "all"`.
+    (Measured: docs/design/wan-striping.md, "Split policy".)"""
+    out = {}
+    for w in topo.wans:
+        a, b = topo.site(w.a), topo.site(w.b)
+        if not (a.gateway and b.gateway):
+            continue
+        gw = min(a.gateway_nic_mbps, b.gateway_nic_mbps)
+        direct = min(w.rate_mbps, a.nodes * a.nic_mbps, b.nodes * b.nic_mbps)
+        if topo.gateways.split == "all":
+            out[(a.name, b.name)] = (True, 'split: [gateways] split = "all"')
+        elif gw >= direct * 0.999:
+            out[(a.name, b.name)] = (True, f"split: the gateways' {gw:g} Mb/s carry all that the nodes reach "
+                                           f"directly on this path ({direct:g} Mb/s)")
+        else:
+            out[(a.name, b.name)] = (False, f"direct: the gateways' {gw:g} Mb/s would cap the {direct:g} Mb/s "
+                                            f"that {a.nodes} x {a.nic_mbps:g} and {b.nodes} x {b.nic_mbps:g} Mb/s "
+                                            f"nodes reach directly (faster gateway_nic_mbps, or [gateways] split = "
+                                            f'"all", splits it)')
+    return out
+
+
+def sites_toml(topo: Topology, policy: bool = True) -> str:
+    """The [[site]] tables: what nodes need to know (their library reads only these).
+
+    With `policy`, each site lists in `direct_to` the sites its connections
+    with stay direct (split_pairs); without, every cross-site connection is
+    split. (`--split=all` overrides the list at run time: GRIDSPLIT_SPLIT=all.)"""
     g = topo.gateways
+    pairs = split_pairs(topo) if policy else {}
     out = []
     for s in topo.sites:
         if not s.gateway:
             continue
-        out.append(f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
-                   f'gateway_lan = "{s.gateway_ip}:{g.lan_port}"\ngateway_wan = "{s.gateway_ip}:{g.wan_port}"\n')
-    return "\n".join(out)
+        mine = [(b, why) for (a, b), (split, why) in pairs.items() if a == s.name and not split]
+        text = (f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
+                f'gateway_lan = "{s.gateway_ip}:{g.lan_port}"\ngateway_wan = "{s.gateway_ip}:{g.wan_port}"\n')
+        if mine:
+            text += "".join(f"# {s.name}-{b}: {why}\n" for b, why in mine)
+            text += f'direct_to = "{" ".join(b for b, _ in mine)}"\n'
+        out.append(text)
+    notes = [f"# {a}-{b}: {why}" for (a, b), (split, why) in pairs.items() if split]
+    return "\n".join(notes + [""] if notes else []) + "\n".join(out)
 
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,

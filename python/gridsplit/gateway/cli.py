@@ -91,7 +91,7 @@ def render_status(st: dict, name: str) -> None:
         out.print(f"host TCP: slow start after idle {host.get('slow_start_after_idle', '?')}, pacing ratios "
                   f"{host.get('pacing_ss_ratio', '?')} % (slow start) / {host.get('pacing_ca_ratio', '?')} % "
                   "(congestion avoidance) of cwnd/RTT, under the link's pacing cap")
-    t = Table("peer", "role", "state", "reconnects", "replayed", "strategy", "flows", "queued", "frames out/in",
+    t = Table("peer", "role", "state", "streams", "reconnects", "replayed", "strategy", "flows", "queued", "frames out/in",
               "chunks aggregated", "cwnd", "RTT", "retrans", "RTO timeouts", "sndbuf/rcvbuf/lowat", "CC",
               title="WAN links")
     for link in st.get("links", []):
@@ -100,7 +100,8 @@ def render_status(st: dict, name: str) -> None:
         state = link.get("state", "up")
         if link.get("down_seconds") is not None:
             state += f" (down {link['down_seconds']:.1f} s of {link.get('outage_limit_s', 0):g})"
-        t.add_row(link.get("peer", "?"), link.get("role", ""), state, str(link.get("reconnects", 0)),
+        t.add_row(link.get("peer", "?"), link.get("role", ""), state, str(link.get("streams", 1)),
+                  str(link.get("reconnects", 0)),
                   f"{link.get('bytes_replayed', 0)} B", link.get("strategy", ""), str(link.get("flows", 0)),
                   f"{link.get('queued_bytes', 0)} B", f"{link.get('frames_out', 0)}/{link.get('frames_in', 0)}",
                   f"{link.get('chunks_aggregated', 0)} in {link.get('batch_frames', 0)} frames",
@@ -150,8 +151,11 @@ def _launcher_kind(argv0: str) -> str | None:
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The site's gridsplit config (as written by `gridsplit gateway config`).")
 @click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
+@click.option("--split", "split", default="policy", show_default=True, type=click.Choice(["policy", "all"]),
+              help="policy: the config's split policy (site pairs listed in a direct_to stay direct); all: split "
+                   "every cross-site connection.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(config_path: str, lib: str | None, cmd: tuple[str, ...]) -> None:
+def run(config_path: str, lib: str | None, split: str, cmd: tuple[str, ...]) -> None:
     """Run CMD (typically mpiexec/mpirun) with the ranks' connections split at the gateways.
 
     \b
@@ -168,13 +172,15 @@ def run(config_path: str, lib: str | None, cmd: tuple[str, ...]) -> None:
     kind = _launcher_kind(argv[0])
     env = dict(os.environ)
     if kind == "mpich":
-        argv = [argv[0], "-genv", "LD_PRELOAD", libpath, "-genv", "GRIDSPLIT_CONFIG", cfg, *argv[1:]]
+        argv = [argv[0], "-genv", "LD_PRELOAD", libpath, "-genv", "GRIDSPLIT_CONFIG", cfg,
+                "-genv", "GRIDSPLIT_SPLIT", split, *argv[1:]]
     elif kind == "openmpi":
-        argv = [argv[0], "-x", f"LD_PRELOAD={libpath}", "-x", f"GRIDSPLIT_CONFIG={cfg}", *argv[1:]]
+        argv = [argv[0], "-x", f"LD_PRELOAD={libpath}", "-x", f"GRIDSPLIT_CONFIG={cfg}", "-x",
+                f"GRIDSPLIT_SPLIT={split}", *argv[1:]]
     else:
-        env.update(LD_PRELOAD=libpath, GRIDSPLIT_CONFIG=cfg)
+        env.update(LD_PRELOAD=libpath, GRIDSPLIT_CONFIG=cfg, GRIDSPLIT_SPLIT=split)
     click.echo(f"gridsplit run: {'ranks of ' + kind + ' launcher' if kind else 'command'} get LD_PRELOAD={libpath} "
-               f"GRIDSPLIT_CONFIG={cfg}", err=True)
+               f"GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={split}", err=True)
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:

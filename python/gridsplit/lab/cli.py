@@ -185,21 +185,27 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 @click.option("--impl", type=click.Choice(["mpich", "openmpi"]), default="mpich", show_default=True)
 @click.option("-n", "nprocs", type=click.IntRange(1, 4096), default=None, help="Number of ranks (default: one per host).")
 @click.option("--hosts", default=None, help="Comma-separated lab hosts, rank 0 on the first (default: every node).")
-@click.option("--split/--direct", default=False, show_default=True,
-              help="Through the site gateways (libgridsplit.so preloaded into the ranks), or node to node.")
+@click.option("--split", "split", is_flag=False, flag_value="policy", default=None, type=click.Choice(["policy", "all"]),
+              help="Through the site gateways (libgridsplit.so preloaded into the ranks): --split follows the "
+                   "topology's split policy (site pairs whose gateways cannot carry what their nodes reach "
+                   "directly stay direct), --split=all splits every cross-site connection.")
+@click.option("--direct", "direct", is_flag=True, help="Node to node, no gateway (the default).")
 @click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
 @click.option("--poll", is_flag=True,
               help="Leave Open MPI's ranks busy-polling. By default they yield when idle, as in `gridsplit bench`: "
                    "on a machine with few cores, polling ranks take the CPU the gateways and the delay line need.")
 @click.argument("prog", nargs=-1, required=True, type=click.UNPROCESSED)
-def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: bool, timeout: float | None, poll: bool,
-           prog: tuple[str, ...]) -> None:
+def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: str | None, direct: bool, timeout: float | None,
+           poll: bool, prog: tuple[str, ...]) -> None:
     """Run a real MPI job across lab nodes: gridsplit lab mpirun -n 4 -- PROG ARGS."""
     from .mpi import mpirun as run_mpi, split_env
     state = realize.load_state(_names())
     hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
     prog = prog[1:] if prog and prog[0] == "--" else prog
-    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=split_env(state) if split else None,
+    if split and direct:
+        raise GridsplitError("give --split or --direct, not both")
+    env = split_env(state, force_all=split == "all") if split else None
+    cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=env,
                  timeout=timeout, poll=poll)
     sys.exit(cp.returncode)
 

@@ -57,12 +57,15 @@ exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' 
     return path
 
 
-def split_env(state: LabState) -> dict[str, str]:
-    """What a rank needs to send its cross-site connections through the gateways."""
+def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
+    """What a rank needs to send its cross-site connections through the gateways:
+    those of the site pairs the split policy splits, or all of them."""
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
     env = {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
            "GRIDSPLIT_CONFIG": str(state.names.state_dir / "sites.toml")}
+    if force_all:
+        env["GRIDSPLIT_SPLIT"] = "all"  # the library ignores the config's direct_to (preload/README.md)
     if state.topo.gateways.lan_rto_min_us:
         us = str(state.topo.gateways.lan_rto_min_us)
         env |= {"GRIDSPLIT_LAN_RTO_MIN_US": us, "GRIDSPLIT_LAN_DELACK_MAX_US": us}
