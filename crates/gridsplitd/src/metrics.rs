@@ -68,6 +68,7 @@ counters! {
     flows_reset_outage: "counter", "flows reset because their WAN link stayed down past outage_limit";
     sessions_expired: "counter", "sessions ended because their WAN link stayed down past outage_limit";
     resume_refused: "counter", "resume requests refused (unknown session or a received count out of range)";
+    flows_refused_budget: "counter", "flow opens refused because open flows held the whole receive budget (total_buffer) for connect_timeout";
 }
 
 impl Metrics {

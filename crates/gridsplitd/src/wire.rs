@@ -1047,18 +1047,30 @@ mod tests {
                 .prop_map(|(flow, reason)| Frame::Reset { flow, reason }),
             any::<u64>().prop_map(|token| Frame::Ping { token }),
             any::<u64>().prop_map(|token| Frame::Pong { token }),
-            (any::<u64>(), any::<u64>(), any::<bool>(), 1..=u8::MAX, any::<u64>()).prop_map(
-                |(session, received, resume, streams, token)| Frame::Session {
-                    session,
-                    received,
-                    resume,
-                    streams,
-                    token,
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<bool>(),
+                1..=u8::MAX,
+                any::<u64>()
+            )
+                .prop_map(|(session, received, resume, streams, token)| {
+                    Frame::Session {
+                        session,
+                        received,
+                        resume,
+                        streams,
+                        token,
+                    }
+                }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(session, token)| Frame::Join { session, token }),
+            (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(|(seq, d)| {
+                Frame::Stripe {
+                    seq,
+                    data: Bytes::from(d),
                 }
-            ),
-            (any::<u64>(), any::<u64>()).prop_map(|(session, token)| Frame::Join { session, token }),
-            (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64))
-                .prop_map(|(seq, d)| Frame::Stripe { seq, data: Bytes::from(d) }),
+            }),
             any::<u64>().prop_map(|received| Frame::Ack { received }),
         ]
     }

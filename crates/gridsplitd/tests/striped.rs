@@ -67,8 +67,16 @@ async fn a_striped_link_carries_every_byte_once_and_in_order() {
         // Each lane carried a share of the bytes (pieces go round robin to
         // lanes that take them).
         let st = a.shared.link_to("beta").unwrap().status();
-        let busy = st.tcp_info.iter().filter(|t| t.bytes_sent > 100_000).count();
-        assert!(busy >= 2, "pieces went over {busy} lane(s): {:?}", st.tcp_info);
+        let busy = st
+            .tcp_info
+            .iter()
+            .filter(|t| t.bytes_sent > 100_000)
+            .count();
+        assert!(
+            busy >= 2,
+            "pieces went over {busy} lane(s): {:?}",
+            st.tcp_info
+        );
         a.stop().await;
         b.stop().await;
     })

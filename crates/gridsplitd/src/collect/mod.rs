@@ -106,8 +106,11 @@ async fn serve_node(shared: Arc<Shared>, mut stream: TcpStream, node: SocketAddr
             return;
         }
     };
-    let window = flow::reserve_window(&shared.recv_pool, shared.cfg.limits.per_flow_buffer).await;
-    let Some((flow, answer)) = window.and_then(|w| link.open_local_flow(w, dst, node)) else {
+    let Some(window) = window_within(&shared, shared.cfg.connect_timeout).await else {
+        let _ = reply(&shared, &mut stream, Status::Timeout).await;
+        return;
+    };
+    let Some((flow, answer)) = link.open_local_flow(window, dst, node) else {
         let _ = reply(&shared, &mut stream, Status::NoLink).await;
         return;
     };
@@ -188,6 +191,31 @@ async fn connect_from(
 /// Handles an OPEN from the peer: policy check, connect to the destination, reply,
 /// then relay. The flow is already registered on the link (so RESET/CREDIT
 /// frames find it while we connect).
+/// A new flow's receive window, waiting at most `limit` for the receive budget:
+/// a gateway whose flows hold all of it refuses the open (the node's connect
+/// fails) rather than leave it waiting. None also when the gateway stops.
+async fn window_within(
+    shared: &Shared,
+    limit: std::time::Duration,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let w = flow::reserve_window(&shared.recv_pool, shared.cfg.limits.per_flow_buffer);
+    match tokio::time::timeout(limit, w).await {
+        Ok(w) => w,
+        Err(_) => {
+            shared
+                .metrics
+                .flows_refused_budget
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(
+                flows = shared.metrics.flows_active.load(Ordering::Relaxed),
+                total_buffer = shared.cfg.limits.total_buffer,
+                "flow refused: the receive budget is held by open flows; raise [limits] total_buffer"
+            );
+            None
+        }
+    }
+}
+
 pub async fn serve_remote_open(
     shared: Arc<Shared>,
     link: Arc<Link>,
@@ -230,10 +258,17 @@ pub async fn serve_remote_open(
         }
     };
     let permit = tokio::select! {
-        w = flow::reserve_window(&shared.recv_pool, cfg.limits.per_flow_buffer) => w,
+        w = window_within(&shared, cfg.connect_timeout) => w,
         _ = flow.aborted() => None,
     };
     let Some(permit) = permit else {
+        if !flow.is_aborted() {
+            link.queue_control(Frame::OpenReply {
+                flow: flow.id,
+                status: Status::Timeout as u8,
+                window: 0,
+            });
+        }
         link.forget_flow(flow.id);
         return;
     };

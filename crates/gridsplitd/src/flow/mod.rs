@@ -86,8 +86,18 @@ pub type OpenReply = oneshot::Receiver<(u8, u32)>;
 pub const CHUNK_MAX: usize = 256 * 1024;
 /// Most buffers gathered into one LAN write.
 const MAX_IOV: usize = 64;
-/// Smallest receive window a flow is opened with when the receive budget is tight.
-pub const MIN_WINDOW: usize = 64 * 1024;
+/// A flow's receive window when it opens. Small, so that thousands of flows,
+/// most of them idle, fit the receive budget (`[limits] total_buffer`): a
+/// window is credit granted to the peer and cannot be taken back. A flow whose
+/// sender the window holds back grows it (`Flow::end_write`), up to
+/// `per_flow_buffer`, within one round trip per step.
+pub const INITIAL_WINDOW: usize = 64 * 1024;
+/// Smallest window a flow opens with when the receive budget is nearly spent.
+pub const MIN_WINDOW: usize = 8 * 1024;
+/// Windows grow only while more than 1/RESERVE_SHARE of the receive budget is
+/// free, so new flows can always open; below it, windows above INITIAL_WINDOW
+/// give back what drains, so a busy gateway shares its budget.
+const RESERVE_SHARE: usize = 8;
 
 /// Why a flow's LAN data arrived faster than the credit we granted.
 #[derive(Debug)]
@@ -122,6 +132,11 @@ struct RxState {
     /// Credit goes back in batches of a quarter window: enough to keep the sender
     /// streaming, few enough CREDIT frames to be negligible on the link.
     credit_batch: usize,
+    /// The window: bytes of the receive budget this flow holds.
+    window: usize,
+    /// The peer used up the window since credit last went back: the window,
+    /// not the LAN, held it back.
+    starved: bool,
     /// Buffers on their way to the LAN socket (kept to reuse the allocation).
     spare: Vec<Bytes>,
 }
@@ -167,6 +182,8 @@ pub struct Flow {
     rx_reservation: Mutex<Option<OwnedSemaphorePermit>>,
     open_reply: Mutex<Option<oneshot::Sender<(u8, u32)>>>,
     per_flow_buffer: usize,
+    /// Free receive budget below which windows stop growing and shrink.
+    rx_reserve: usize,
     /// Who opened the flow, its original source and real destination, and
     /// when: identification for /status.
     pub origin: Origin,
@@ -235,7 +252,7 @@ impl Flow {
     pub fn new(
         id: FlowId,
         send_pool: Arc<Semaphore>,
-        per_flow_buffer: usize,
+        limits: &crate::config::Limits,
         origin: Origin,
         src: SocketAddr,
         dst: SocketAddr,
@@ -256,6 +273,8 @@ impl Flow {
                 lan: None,
                 freed: 0,
                 credit_batch: 1,
+                window: 0,
+                starved: false,
                 spare: Vec::new(),
             }),
             rx_wake: Notify::new(),
@@ -263,7 +282,8 @@ impl Flow {
             send_pool,
             rx_reservation: Mutex::new(None),
             open_reply: Mutex::new(None),
-            per_flow_buffer,
+            per_flow_buffer: limits.per_flow_buffer,
+            rx_reserve: limits.total_buffer / 2 / RESERVE_SHARE,
             origin,
             src,
             dst,
@@ -324,8 +344,45 @@ impl Flow {
         *self.rx_reservation.lock().unwrap() = Some(permit);
         let mut rx = self.rx.lock().unwrap();
         rx.window_left = w as u64;
+        rx.window = w as usize;
         rx.credit_batch = (w as usize / 4).max(1);
         w
+    }
+
+    /// Ends a LAN write (`RxState::end_write`) and sizes the credit that goes
+    /// back: a starved window grows (×4, up to `per_flow_buffer`) while the
+    /// receive budget has more than its reserve free; under pressure a window
+    /// above INITIAL_WINDOW shrinks by withholding what drained.
+    fn end_write(&self, rx: &mut RxState, rest: &mut Vec<Bytes>, written: usize) -> Option<u32> {
+        let mut grant = rx.end_write(rest, written)? as usize;
+        let starved = std::mem::take(&mut rx.starved);
+        let mut res = self.rx_reservation.lock().unwrap();
+        let Some(permit) = res.as_mut() else {
+            return Some(grant as u32);
+        };
+        let pool = permit.semaphore().clone();
+        let free = pool.available_permits();
+        if starved && rx.window < self.per_flow_buffer && free > self.rx_reserve {
+            let extra = (3 * rx.window)
+                .min(self.per_flow_buffer - rx.window)
+                .min(free - self.rx_reserve);
+            if let Ok(p) = pool.try_acquire_many_owned(extra as u32) {
+                permit.merge(p);
+                rx.window += extra;
+                rx.window_left += extra as u64;
+                grant += extra;
+            }
+        } else if free < self.rx_reserve && rx.window > INITIAL_WINDOW {
+            let give = grant.min(rx.window - INITIAL_WINDOW);
+            if let Some(p) = permit.split(give) {
+                drop(p);
+                rx.window -= give;
+                rx.window_left -= give as u64;
+                grant -= give;
+            }
+        }
+        rx.credit_batch = (rx.window / 4).max(1);
+        (grant > 0).then_some(grant as u32)
     }
 
     pub fn expect_reply(&self) -> OpenReply {
@@ -364,6 +421,9 @@ impl Flow {
             });
         }
         rx.window_left -= len as u64;
+        if rx.window_left == 0 {
+            rx.starved = true;
+        }
         if len > 0 {
             rx.queue.push_back(data);
         }
@@ -397,7 +457,7 @@ impl Flow {
         let complete = matches!(try_write_segments(&lan, &mut batch), Ok(true));
         let written = total - batch.iter().map(|b| b.len()).sum::<usize>();
         let mut rx = self.rx.lock().unwrap();
-        let grant = rx.end_write(&mut batch, written);
+        let grant = self.end_write(&mut rx, &mut batch, written);
         rx.spare = batch;
         let wake = !rx.queue.is_empty() || rx.fin;
         drop(rx);
@@ -440,16 +500,17 @@ impl Flow {
     }
 }
 
-/// Reserves a flow's receive window from the gateway-wide receive budget: a full
-/// `per_flow_buffer` if available, else what is left (at least MIN_WINDOW, waiting
-/// for it if need be): late flows get smaller windows rather than none. None if
-/// the gateway is stopping.
+/// Reserves a new flow's receive window from the gateway-wide receive budget:
+/// INITIAL_WINDOW (or `per_flow_buffer`, if smaller) when free, else what is
+/// free down to MIN_WINDOW, else waits for MIN_WINDOW to be freed. None if the
+/// gateway is stopping; the caller bounds the wait.
 pub async fn reserve_window(
     pool: &Arc<Semaphore>,
     per_flow_buffer: usize,
 ) -> Option<OwnedSemaphorePermit> {
-    let floor = MIN_WINDOW.min(per_flow_buffer);
-    let want = per_flow_buffer.min(pool.available_permits().max(floor));
+    let first = INITIAL_WINDOW.min(per_flow_buffer);
+    let floor = MIN_WINDOW.min(first);
+    let want = first.min(pool.available_permits().max(floor));
     match pool.clone().try_acquire_many_owned(want as u32) {
         Ok(p) => Some(p),
         Err(_) => pool.clone().acquire_many_owned(floor as u32).await.ok(),
@@ -474,6 +535,8 @@ mod tests {
             lan: None,
             freed: 0,
             credit_batch,
+            window: 0,
+            starved: false,
             spare: Vec::new(),
         }
     }

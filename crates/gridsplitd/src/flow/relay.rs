@@ -266,7 +266,10 @@ async fn wan_to_lan<L: Carrier>(flow: &Arc<Flow>, link: &Arc<L>, s: &Arc<TcpStre
             _ = flow.abort.cancelled() => return End::Reset,
         };
         let written = total - batch.iter().map(|b| b.len()).sum::<usize>();
-        let grant = flow.rx.lock().unwrap().end_write(&mut batch, written);
+        let grant = {
+            let mut rx = flow.rx.lock().unwrap();
+            flow.end_write(&mut rx, &mut batch, written)
+        };
         flow.bytes_down.fetch_add(written as u64, Ordering::Relaxed);
         link.metrics()
             .lan_queued_writes

@@ -435,7 +435,13 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
 }
 
 /// Runs the session on `first` alone, or striped over `first` and `others`.
-async fn run_set(shared: Arc<Shared>, ready: Ready, first: TcpConn, others: Vec<TcpConn>, peer_max_frame: usize) {
+async fn run_set(
+    shared: Arc<Shared>,
+    ready: Ready,
+    first: TcpConn,
+    others: Vec<TcpConn>,
+    peer_max_frame: usize,
+) {
     if others.is_empty() {
         run_conn(shared, ready, first).await;
         return;

@@ -389,7 +389,7 @@ impl Link {
         let flow = Flow::new(
             id,
             self.shared.send_pool.clone(),
-            self.shared.cfg.limits.per_flow_buffer,
+            &self.shared.cfg.limits,
             Origin::Local,
             src,
             dst,

@@ -118,7 +118,7 @@ impl Link {
                     let f = Flow::new(
                         flow,
                         self.shared.send_pool.clone(),
-                        self.shared.cfg.limits.per_flow_buffer,
+                        &self.shared.cfg.limits,
                         Origin::Remote,
                         src,
                         dst,

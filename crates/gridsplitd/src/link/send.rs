@@ -480,9 +480,14 @@ mod tests {
         let mut q = queue(StrategyKind::Aggregate);
         let pool = Arc::new(tokio::sync::Semaphore::new(0));
         let any: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let limits = crate::config::Limits {
+            per_flow_buffer: 1 << 20,
+            total_buffer: 1 << 24,
+            max_frame: 65536,
+        };
         let flows: Vec<Arc<Flow>> = [1, 3]
             .iter()
-            .map(|&id| Flow::new(id, pool.clone(), 1 << 20, Origin::Local, any, any))
+            .map(|&id| Flow::new(id, pool.clone(), &limits, Origin::Local, any, any))
             .collect();
         for i in 0..6usize {
             let f = &flows[i % 2];

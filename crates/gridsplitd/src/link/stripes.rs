@@ -81,7 +81,9 @@ pub(super) fn join(shared: &Shared, peer: &PeerInfo, conn: TcpConn, session: u64
     let link = shared.link_to(&peer.site).filter(|l| l.session == session);
     let slot = link.as_ref().and_then(|l| {
         let j = l.joining.lock().unwrap();
-        j.as_ref().filter(|j| j.token == token).map(|j| j.tx.clone())
+        j.as_ref()
+            .filter(|j| j.token == token)
+            .map(|j| j.tx.clone())
     });
     match slot {
         Some(tx) => {

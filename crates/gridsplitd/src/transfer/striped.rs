@@ -315,7 +315,11 @@ impl WanTxNow for StripedTx {
         // A small frame (the idle-link fast path): copied once more here, so a
         // piece can own it; a piece is sent whole or not at all.
         let mut segs = vec![Bytes::copy_from_slice(buf)];
-        Ok(if self.try_send(&mut segs)? { buf.len() } else { 0 })
+        Ok(if self.try_send(&mut segs)? {
+            buf.len()
+        } else {
+            0
+        })
     }
 }
 
@@ -383,7 +387,9 @@ impl StripedRx {
         for l in &mut self.lanes {
             while let Some(f) = wire::decode(&mut l.rbuf, self.max)? {
                 let Frame::Stripe { seq, data } = f else {
-                    return Err(violation("a striped link's connection carries only STRIPE frames"));
+                    return Err(violation(
+                        "a striped link's connection carries only STRIPE frames",
+                    ));
                 };
                 if l.pieces.back().is_some_and(|&(s, _)| s >= seq) || seq < self.next {
                     return Err(violation("piece out of order on its connection"));
@@ -561,7 +567,10 @@ mod tests {
         put(&mut rx, 0, 0, &ping[..5]);
         assert_eq!(rx.try_recv().unwrap(), Some(Frame::Ping { token: 7 }));
         put(&mut rx, 1, 1, b"x");
-        assert!(rx.try_recv().is_err(), "a piece already used is a violation");
+        assert!(
+            rx.try_recv().is_err(),
+            "a piece already used is a violation"
+        );
     }
 
     async fn pair() -> (TcpStream, TcpStream) {
