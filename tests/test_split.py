@@ -253,9 +253,10 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
 
 
 def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path):
-    """A pair is split when its gateways carry what its nodes reach directly; otherwise its sites list each
-    other in direct_to (with the reason), `split = "all"` splits everything, and gridsplitd accepts the file."""
-    from gridsplit.gateway import gateway_toml, sites_toml, split_pairs
+    """A pair is split when both gateways carry their site's cross-site traffic at the nodes' direct rate,
+    counted twice (one NIC, two legs); otherwise its sites list each other in direct_to, with the reason;
+    `split = "all"` splits everything; and gridsplitd accepts the file."""
+    from gridsplit.gateway import gateway_load_mbps, gateway_toml, sites_toml, split_pairs
     from gridsplit.topology import parse_topology
     three = ('[defaults]\nnic_mbps = 100\ngateway = true\n'
              '[[site]]\nname = "a"\nnodes = 3\n[[site]]\nname = "b"\nnodes = 2\n[[site]]\nname = "c"\nnodes = 1\n'
@@ -263,14 +264,18 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
              '[[wan]]\nsites = ["a", "c"]\nrtt_ms = 12\nrate_mbps = 1000\n'
              '[[wan]]\nsites = ["b", "c"]\nrtt_ms = 20\nrate_mbps = 1000\n')
     topo = parse_topology(tomllib.loads(three), "t")
+    # a's 3 nodes reach b's 2 and c's 1 (300 Mb/s), twice through one NIC; c's one node: 2 x 100.
+    assert [gateway_load_mbps(topo, x) for x in "abc"] == [600, 400, 200]
     pol = split_pairs(topo)
-    assert pol[("a", "b")][0] is False and "200 Mb/s" in pol[("a", "b")][1]  # 2 x 100 through a 100 Mb/s gateway
-    assert pol[("a", "c")][0] is True and pol[("b", "c")][0] is True  # c's one node: no more than a gateway
-    text = sites_toml(topo)
-    assert text.count("direct_to") == 1 and 'direct_to = "b"' in text
-    assert "direct_to" not in sites_toml(topo, policy=False)
-    fast = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 400")), "t")
-    assert all(s for s, _ in split_pairs(fast).values())
+    assert not any(s for s, _ in pol.values()) and "600 Mb/s" in pol[("a", "b")][1]
+    gw4 = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 400")), "t")
+    pol = split_pairs(gw4)
+    assert pol[("b", "c")][0] and not pol[("a", "b")][0] and not pol[("a", "c")][0]
+    text = sites_toml(gw4)
+    assert 'direct_to = "b c"' in text and text.count("direct_to") == 1  # one side of a pair lists it
+    assert "direct_to" not in sites_toml(gw4, policy=False)
+    gw6 = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 600")), "t")
+    assert all(s for s, _ in split_pairs(gw6).values()) and "direct_to" not in sites_toml(gw6)
     forced = parse_topology(tomllib.loads(three + '[gateways]\nsplit = "all"\n'), "t")
     assert all(s for s, _ in split_pairs(forced).values()) and "direct_to" not in sites_toml(forced)
     psk = tmp_path / "psk"
@@ -280,11 +285,11 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     if not gridsplitd.exists():
         pytest.skip("gridsplitd is not built (make build)")
     cfg = tmp_path / "gw.toml"
-    cfg.write_text(gateway_toml(topo, "a", str(psk)))
+    cfg.write_text(gateway_toml(gw4, "a", str(psk)))
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode == 0, chk.stderr
-    cfg.write_text(gateway_toml(topo, "a", str(psk)).replace('direct_to = "b"', 'direct_to = "bee"'))
+    cfg.write_text(gateway_toml(gw4, "a", str(psk)).replace('direct_to = "b c"', 'direct_to = "bee c"'))
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode != 0 and "direct_to" in chk.stderr and "'bee'" in chk.stderr, chk.stderr

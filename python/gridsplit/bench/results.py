@@ -32,14 +32,14 @@ def frame_ceiling(mean_frame: float) -> float:
 
 def variant_tag(row: dict[str, Any]) -> str:
     """"direct", or the split run's gateway variant as "strategy:congestion", with ":no-lan-tuning" when the
-    LAN legs ran untuned and ":K-streams" when the WAN links had a fixed stream count (tables, plots, file
-    names)."""
+    LAN legs ran untuned, ":K-streams" when the WAN links had a fixed stream count and ":split-all" when every
+    connection was split whatever the split policy (tables, plots, file names)."""
     if row["mode"] == "direct":
         return "direct"
     v = row.get("variant") or {}
     streams = f":{v['wan_streams']}-streams" if v.get("wan_streams") else ""
     return (f"{v.get('strategy')}:{v.get('congestion')}{':no-lan-tuning' if v.get('lan_tuning') is False else ''}"
-            f"{streams}")
+            f"{streams}{':split-all' if v.get('split') == 'all' else ''}")
 
 
 def median_of(vals) -> float | None:
@@ -51,7 +51,7 @@ def median_of(vals) -> float | None:
 def row_key(row: dict[str, Any]) -> tuple:
     v = row.get("variant") or {}
     return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
-            v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"))
+            v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"), v.get("split"))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

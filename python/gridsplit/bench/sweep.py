@@ -86,29 +86,38 @@ class Point:
     lan: bool | None = None
     # [gateways] wan_streams: 0 = auto (gateway.wan_streams), else a count.
     streams: int | None = None
+    # Which connections the ranks split: "policy" (the topology's split policy) or "all".
+    split: str | None = None
 
     @property
     def variant(self) -> dict[str, Any] | None:
         """The gateway settings of a split run, as result rows record them (row_key reads them back)."""
         return {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
-                "wan_streams": self.streams} if self.mode == "split" else None
+                "wan_streams": self.streams, "split": self.split} if self.mode == "split" else None
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan, self.streams)
+                self.lan, self.streams, self.split)
 
 
 # -- placement and physics -----------------------------------------------------
 
-def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
-    """The root (first node of the second site) and the `nodes` senders of the first site.
+# `--nodes all`: every node of the lab runs a rank (all sites, not one sender site).
+ALL_NODES = 0
 
-    This is Alter and Glück §10.2's layout: senders in bordeaux, the gather root in sophia.
+def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
+    """The root (first node of the second site) and the `nodes` senders of the first site,
+    or, for nodes = ALL_NODES, every other node of every site.
+
+    The first is Alter and Glück §10.2's layout: senders in bordeaux, the gather root in sophia.
     """
     if len(topo.sites) < 2:
         raise GridsplitError(f"topology {topo.name!r} has one site; cross-site benchmarks need two")
     a, b = topo.sites[0], topo.sites[1]
+    if nodes == ALL_NODES and not OPS[op].pair:
+        root = next(h for h in topo.nodes() if h.site == b.name)
+        return root, [h for h in topo.nodes() if h != root]
     senders = [h for h in topo.nodes() if h.site == a.name]
     roots = [h for h in topo.nodes() if h.site == b.name]
     if OPS[op].pair:
@@ -131,7 +140,7 @@ def bound_per_rep(topo: Topology, op: str, root: Host, senders: list[Host], size
     physics and are not in it. For pingpong it bounds half a round trip; the
     other collectives get the same form as gather, as a reference line.
     """
-    rtt = topo.rtt_ms(root.site, senders[0].site) / 1e3
+    rtt = max(topo.rtt_ms(root.site, s.site) for s in senders) / 1e3
     path = min(topo.bottleneck_mbps(s, root) for s in senders)
     if OPS[op].pair:
         return rtt / 2 + size * 8 / (path * 1e6 * GOODPUT)
@@ -245,13 +254,14 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
     reps = effective_reps(reps_requested, budget, bound)
     timeout = max(120.0, 20 * bound * reps + 60)
     ranks = [root, *senders]
-    gws = [h for h in topo.hosts() if h.role == "gateway" and h.site in {root.site, senders[0].site}]
+    gws = [h for h in topo.hosts() if h.role == "gateway" and h.site in {root.site, *(s.site for s in senders)}]
     watched = {h.name: h for h in [*ranks, *gws]}
     op = OPS[p.op]
     prog = [sysdeps.mpi_program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    env = {**(rank_env or {}), **(split_env(state) if p.mode == "split" else {})}  # over mpirun's RANK_ENV
+    split = split_env(state, force_all=p.split == "all") if p.mode == "split" else {}
+    env = {**(rank_env or {}), **split}  # over mpirun's RANK_ENV
     gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
     # Gateways carry traffic in split mode only; their softirq is traced then.
     sirq = sirq if p.mode == "split" else None
@@ -335,9 +345,14 @@ def _efficiency(bound_total: float, measured: float | None) -> float | None:
 
 # -- the sweep ---------------------------------------------------------------------
 
-def ensure_lab(names: LabNames, topology: str, nodes: int, scale: float | None, con: Console) -> realize.LabState:
-    """Reuse the running lab if it is this topology with enough nodes, else rebuild it."""
+def ensure_lab(names: LabNames, topology: str, nodes: int | None, scale: float | None,
+               con: Console) -> realize.LabState:
+    """Reuse the running lab if it is this topology with enough nodes (None: the
+    topology's own counts), else rebuild it."""
     want = load_topology(topology, None, scale)
+    asked = nodes
+    if nodes is None:
+        nodes = want.sites[0].nodes
     try:
         state = realize.load_state(names)
     except GridsplitError:
@@ -351,14 +366,14 @@ def ensure_lab(names: LabNames, topology: str, nodes: int, scale: float | None, 
         con.print(f"[dim]·[/dim] the running lab ({state.topo.name}, {a.nodes} nodes) does not fit; rebuilding it")
         realize.down(names)
     con.print(f"[dim]·[/dim] bringing up lab {topology!r} with {nodes} nodes")
-    return realize.up(topology, nodes, names, progress=lambda m: con.print(f"[dim]  ·[/dim] {m}"), scale=scale)
+    return realize.up(topology, asked, names, progress=lambda m: con.print(f"[dim]  ·[/dim] {m}"), scale=scale)
 
 
 def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
          strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,),
-         streams: tuple[int | None, ...] = (None,)) -> list[Point]:
+         streams: tuple[int | None, ...] = (None,), splits: tuple[str | None, ...] = (None,)) -> list[Point]:
     """Every point in run order: direct and the first split variant side by side; other variants after."""
-    variants = [(s, c, i, k) for s in strategies for c in ccs for i in lans for k in streams]
+    variants = [(s, c, i, k, x) for s in strategies for c in ccs for i in lans for k in streams for x in splits]
     if OPS[op].pair:
         nodes = [1]
     pts = []
@@ -367,7 +382,7 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
             for n in nodes:
                 for m in sizes:
                     for mode in modes:
-                        v = variants[0] if mode == "split" else (None, None, None, None)
+                        v = variants[0] if mode == "split" else (None, None, None, None, None)
                         pts.append(Point(op, impl, n, m, k, mode, *v))
         if "split" in modes:
             for v in variants[1:]:
@@ -382,7 +397,8 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
           budget: float, modes: list[str], impls: list[str], repeat: int, strategies: list[str | None],
           ccs: list[str | None], out: Path, check: bool, con: Console,
           lans: tuple[bool | None, ...] = (None,), rank_env: dict[str, str] | None = None,
-          streams: tuple[int | None, ...] = (None,)) -> list[dict[str, Any]]:
+          streams: tuple[int | None, ...] = (None,),
+          splits: tuple[str, ...] = ("policy",)) -> list[dict[str, Any]]:
     sysdeps.need_root(f"gridsplit bench {op}")
     names = LabNames.from_env()
     gw = load_topology(topology, None, scale).gateways
@@ -391,7 +407,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     lans = [gw.lan_tuning if i is None else i for i in lans]
     streams = tuple(gw.wan_streams if k is None else k for k in streams)
     rank_env = rank_env or {}
-    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans, streams)
+    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans, streams, splits)
     done: dict[tuple, dict] = {}
     if out.exists():
         rows = read_rows(out)
@@ -411,7 +427,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
         con.print(f"[dim]·[/dim] resuming {out}: {len(pts) - len(todo)} of {len(pts)} points already measured")
     if not todo:
         return [done[p.key] for p in pts]
-    state = ensure_lab(names, topology, max(nodes), scale, con)
+    state = ensure_lab(names, topology, None if ALL_NODES in nodes else max(nodes), scale, con)
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
     why_not = Trace.available()
@@ -437,7 +453,7 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
                 "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
                 "machine": machine.facts(), "command": sys.argv, "requested": {
                     "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
-                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans, "wan_streams": streams,
+                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans, "wan_streams": streams, "split": splits,
                     "check": check}, "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
                 "rank_env_extra": rank_env,
                 "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
@@ -453,8 +469,13 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     return [done[p.key] for p in pts if p.key in done]
 
 
+def _n(nodes: int) -> str:
+    return "all" if nodes == ALL_NODES else str(nodes)
+
+
 def _short(p: Point) -> str:
-    return p.strategy + ("" if p.lan in (None, True) else "-untuned") + (f"-{p.streams}s" if p.streams else "")
+    return (p.strategy + ("" if p.lan in (None, True) else "-untuned") + (f"-{p.streams}s" if p.streams else "")
+            + ("-all" if p.split == "all" else ""))
 
 
 def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
@@ -475,7 +496,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
                 state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion,
                                                  lan_tuning=p.lan, wan_streams=p.streams)
                 variant = (p.strategy, p.congestion, p.lan, p.streams)
-            bar.update(task, description=f"{p.op} {p.impl} n={p.nodes} {units.fmt_size(p.size)} {p.mode}"
+            bar.update(task, description=f"{p.op} {p.impl} n={_n(p.nodes)} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
             try:
                 row = run_point(state, trace, p, reps, budget, check, rank_env, sirq)
@@ -501,7 +522,7 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
                    f"{emu['worst_late_us'] / 1000:.1f} ms[/yellow]"
                    if emu and queues.fell_behind(emu) else "")
             bar.console.print(
-                f"{p.op} {p.impl:7} n={p.nodes:<2} {units.fmt_size(p.size):>5} {p.mode:6}"
+                f"{p.op} {p.impl:7} n={_n(p.nodes):<3} {units.fmt_size(p.size):>5} {p.mode:6}"
                 f"{('/' + _short(p)) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "
                 f"({row['reps']} reps, eff {row['efficiency'] or 0:.2f}, WAN retrans {dist['RetransSegs']}, "
                 f"WAN RTO {dist['TCPTimeouts']}){lag}")
@@ -526,7 +547,10 @@ def _csv(kind):
 
 
 def _count(v: str) -> int:
-    """A node count as the user typed it; int()'s own message names Python, not the flag."""
+    """A node count as the user typed it ("all": every node of every site takes
+    part); int()'s own message names Python, not the flag."""
+    if v == "all":
+        return ALL_NODES
     try:
         n = int(v)
     except ValueError:
@@ -587,7 +611,8 @@ def make_command(op: str) -> click.Command:
                   help="Preset or topology file; the lab is brought up (or reused) for it.")
     @click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
     @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=_csv(_count),
-                  help="Sender node counts (on the first site; the root is on the second).")
+                  help="Sender node counts (on the first site; the root is on the second), or all: every node of "
+                       "every site of the topology takes part (the root is the second site's first node).")
     @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=_csv(units.parse_size),
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
     @click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
@@ -611,6 +636,11 @@ def make_command(op: str) -> click.Command:
                   help="TCP connections per WAN link to compare in split mode: auto (the fewest that reach the "
                        "link's rate at its loss, Mathis) or 1..16, e.g. 1,auto; default: the topology's "
                        "([gateways] wan_streams).")
+    @click.option("--split", "splits", default="policy", show_default=True,
+                  callback=_csv(_choice_list(("policy", "all"))),
+                  help="Which cross-site connections split mode splits, to compare: policy (the topology's split "
+                       "policy: pairs whose gateways cannot carry what their nodes reach directly stay direct), "
+                       "all, or policy,all.")
     @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=_rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "
                        "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=1048576 (repeatable; recorded in "
@@ -623,7 +653,7 @@ def make_command(op: str) -> click.Command:
     @click.option("--report/--no-report", "make_report", default=True, show_default=True,
                   help="Write the HTML report next to the result file at the end.")
     def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, streams,
-            rank_env, check, out, make_report):
+            splits, rank_env, check, out, make_report):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
         # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
         # must still stop its MPI job and remove its trace instance.
@@ -633,7 +663,7 @@ def make_command(op: str) -> click.Command:
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
                      strategies or [None], ccs or [None], out, check, con,
                      tuple(i == "on" for i in lans) if lans else (None,), rank_env,
-                     tuple(streams) if streams else (None,))
+                     tuple(streams) if streams else (None,), tuple(splits))
         summary = summarize(rows)
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")

@@ -132,34 +132,54 @@ def lan_initrwnd(mss: int, full_size: int = GATEWAY_LAN_INITRWND) -> int:
     return 2 * full_size if mss else full_size
 
 
+def gateway_load_mbps(topo: Topology, site: str) -> float:
+    """What a site's gateway NIC must carry, each way, to relay all of the site's
+    cross-site traffic at the rate its nodes reach directly.
+
+    The site's nodes exchange at most min(nodes x NIC, what the peer sites take:
+    their WAN rate or their own nodes x NIC) with the other sites. A gateway has
+    one NIC for both of its legs, so every relayed byte crosses it twice: once
+    between the gateway and the WAN, once between it and a node. Both directions
+    of a bulk exchange (all-to-all) then load its NIC twice as much as the
+    nodes' NICs carry directly; a one-way pattern (a gather) would need half."""
+    s = topo.site(site)
+    peers = [w for w in topo.wans if site in (w.a, w.b) and topo.site(w.peer(site)).gateway]
+    reach = sum(min(w.rate_mbps, topo.site(w.peer(site)).nodes * topo.site(w.peer(site)).nic_mbps) for w in peers)
+    return 2 * min(s.nodes * s.nic_mbps, reach)
+
+
 def split_pairs(topo: Topology) -> dict[tuple[str, str], tuple[bool, str]]:
     """The split policy: for each pair of sites with gateways, whether their
     connections are split, and why in one line.
 
-    A pair is split when its gateways carry at least what the two sites' nodes
-    can put on that path directly: the smaller of the WAN's rate and each
-    site's nodes x NIC. Then splitting costs no bandwidth whatever the traffic
-    pattern, and wins wherever TCP suffers (incast, loss, slow start). Below it,
-    bulk traffic between many nodes (all-to-all) would be capped at the gateway
-    NIC, so the pair stays direct unless `[gateways] split = "all"`.
-    (Measured: docs/design/wan-striping.md, "Split policy".)"""
+    A pair is split when both of its gateways can carry their site's cross-site
+    traffic at the rate the nodes reach directly (gateway_load_mbps): then
+    splitting costs no bandwidth whatever the traffic pattern, and wins wherever
+    TCP suffers (incast, loss, slow start). Otherwise bulk exchanges would be
+    capped by a gateway NIC, so the pair stays direct unless `[gateways] split =
+    "all"`. (docs/design/wan-striping.md, "Split policy".)"""
     out = {}
+    short = {}
+    for s in topo.sites:
+        if s.gateway:
+            need = gateway_load_mbps(topo, s.name)
+            if s.gateway_nic_mbps < need * 0.999:
+                short[s.name] = (f"{s.name}'s gateway NIC ({s.gateway_nic_mbps:g} Mb/s) is below the {need:g} Mb/s "
+                                 f"its relayed traffic would cross it at (twice what its nodes reach directly: "
+                                 f"each byte crosses a one-NIC gateway twice)")
     for w in topo.wans:
         a, b = topo.site(w.a), topo.site(w.b)
         if not (a.gateway and b.gateway):
             continue
-        gw = min(a.gateway_nic_mbps, b.gateway_nic_mbps)
-        direct = min(w.rate_mbps, a.nodes * a.nic_mbps, b.nodes * b.nic_mbps)
         if topo.gateways.split == "all":
             out[(a.name, b.name)] = (True, 'split: [gateways] split = "all"')
-        elif gw >= direct * 0.999:
-            out[(a.name, b.name)] = (True, f"split: the gateways' {gw:g} Mb/s carry all that the nodes reach "
-                                           f"directly on this path ({direct:g} Mb/s)")
+        elif a.name in short or b.name in short:
+            why = short.get(a.name) or short[b.name]
+            out[(a.name, b.name)] = (False, f"direct: {why}; a faster gateway_nic_mbps, or [gateways] split = "
+                                            f'"all", splits it')
         else:
-            out[(a.name, b.name)] = (False, f"direct: the gateways' {gw:g} Mb/s would cap the {direct:g} Mb/s "
-                                            f"that {a.nodes} x {a.nic_mbps:g} and {b.nodes} x {b.nic_mbps:g} Mb/s "
-                                            f"nodes reach directly (faster gateway_nic_mbps, or [gateways] split = "
-                                            f'"all", splits it)')
+            out[(a.name, b.name)] = (True, "split: both gateways carry their sites' cross-site traffic at the "
+                                           "rate the nodes reach directly")
     return out
 
 
