@@ -523,7 +523,7 @@ def default_nofile() -> int:
 
 
 def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: int, concurrency: int,
-        rate: float, repeat: int, per_flow_buffer: int, total_buffer: int | None, nofile: int, octet: int,
+        rate: float, repeat: int, per_flow_buffer: int, total_buffer: int, nofile: int, octet: int,
         strategy: str, threads: int | None, gsload_threads: int, open_timeout_ms: int, probe_defaults: bool,
         probe_flows: int, no_build: bool, command: str) -> Path:
     steps = sorted(set(steps))
@@ -536,10 +536,6 @@ def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: 
     if nofile < need:
         err.print(f"[yellow]warning: --nofile {nofile} is below the {need} descriptors that {steps[-1]} flows "
                   "need in gsload: opens will fail with EMFILE[/yellow]")
-    if total_buffer is None:
-        # Each flow reserves its receive window from half of total_buffer for its whole life
-        # (flow::reserve_window); room for every flow at per_flow_buffer, rounded up to MiB.
-        total_buffer = -(-2 * per_flow_buffer * (steps[-1] + active + 1024) // (1 << 20)) * (1 << 20)
     gsd, gsl = binaries(no_build)
     out.print(f"[bold]gridsplit bench scale[/bold]: steps {', '.join(map(str, steps))} idle flows, {active} active, "
               f"{repeat} repeat(s); RLIMIT_NOFILE of gridsplitd and gsload raised to {nofile} "
@@ -648,10 +644,11 @@ def _ints(s: str) -> list[int]:
               help="Opens in progress at once.")
 @click.option("--repeat", type=click.IntRange(1, 50), default=3, show_default=True,
               help="Runs, each with fresh gateways (medians and min–max over them).")
-@click.option("--per-flow-buffer", type=click.IntRange(4096, 2**31 - 1), default=65536, show_default=True,
-              help="The gateways' [limits] per_flow_buffer.")
-@click.option("--total-buffer", type=click.IntRange(16384), default=None,
-              help="The gateways' [limits] total_buffer (default: room for every flow's window).")
+@click.option("--per-flow-buffer", type=click.IntRange(4096, 2**31 - 1), default=4 << 20, show_default=True,
+              help="The gateways' [limits] per_flow_buffer (default: the product's).")
+@click.option("--total-buffer", type=click.IntRange(16384), default=256 << 20, show_default=True,
+              help="The gateways' [limits] total_buffer (default: the product's; half of it backs the flows' "
+                   "receive windows, which open small and grow with use).")
 @click.option("--nofile", type=click.IntRange(1024), default=default_nofile(), show_default=True,
               help="RLIMIT_NOFILE (soft and hard) of every process started.")
 @click.option("--octet", type=click.IntRange(1, 254), default=21, show_default=True,

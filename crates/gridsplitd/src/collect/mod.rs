@@ -198,7 +198,7 @@ async fn window_within(
     shared: &Shared,
     limit: std::time::Duration,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let w = flow::reserve_window(&shared.recv_pool, shared.cfg.limits.per_flow_buffer);
+    let w = flow::reserve_window(&shared.recv_pool, &shared.cfg.limits);
     match tokio::time::timeout(limit, w).await {
         Ok(w) => w,
         Err(_) => {

@@ -91,9 +91,9 @@ const MAX_IOV: usize = 64;
 /// window is credit granted to the peer and cannot be taken back. A flow whose
 /// sender the window holds back grows it (`Flow::end_write`), up to
 /// `per_flow_buffer`, within one round trip per step.
-pub const INITIAL_WINDOW: usize = 64 * 1024;
-/// Smallest window a flow opens with when the receive budget is nearly spent.
-pub const MIN_WINDOW: usize = 8 * 1024;
+pub const INITIAL_WINDOW: usize = 16 * 1024;
+/// The window a flow opens with once less than the reserve is free.
+pub const MIN_WINDOW: usize = 4 * 1024;
 /// Windows grow only while more than 1/RESERVE_SHARE of the receive budget is
 /// free, so new flows can always open; below it, windows above INITIAL_WINDOW
 /// give back what drains, so a busy gateway shares its budget.
@@ -283,7 +283,7 @@ impl Flow {
             rx_reservation: Mutex::new(None),
             open_reply: Mutex::new(None),
             per_flow_buffer: limits.per_flow_buffer,
-            rx_reserve: limits.total_buffer / 2 / RESERVE_SHARE,
+            rx_reserve: reserve(limits),
             origin,
             src,
             dst,
@@ -501,20 +501,31 @@ impl Flow {
 }
 
 /// Reserves a new flow's receive window from the gateway-wide receive budget:
-/// INITIAL_WINDOW (or `per_flow_buffer`, if smaller) when free, else what is
-/// free down to MIN_WINDOW, else waits for MIN_WINDOW to be freed. None if the
-/// gateway is stopping; the caller bounds the wait.
+/// INITIAL_WINDOW (or `per_flow_buffer`, if smaller) while more than the
+/// reserve is free, else MIN_WINDOW, waiting for it to be freed if need be.
+/// With the default limits that is about 11,000 flows. None if the gateway is
+/// stopping; the caller bounds the wait.
 pub async fn reserve_window(
     pool: &Arc<Semaphore>,
-    per_flow_buffer: usize,
+    limits: &crate::config::Limits,
 ) -> Option<OwnedSemaphorePermit> {
-    let first = INITIAL_WINDOW.min(per_flow_buffer);
+    let first = INITIAL_WINDOW.min(limits.per_flow_buffer);
     let floor = MIN_WINDOW.min(first);
-    let want = first.min(pool.available_permits().max(floor));
+    let want = if pool.available_permits() > reserve(limits) {
+        first
+    } else {
+        floor
+    };
     match pool.clone().try_acquire_many_owned(want as u32) {
         Ok(p) => Some(p),
         Err(_) => pool.clone().acquire_many_owned(floor as u32).await.ok(),
     }
+}
+
+/// Free receive budget below which windows stop growing, shrink as they drain,
+/// and new flows open with MIN_WINDOW.
+fn reserve(limits: &crate::config::Limits) -> usize {
+    limits.total_buffer / 2 / RESERVE_SHARE
 }
 
 /// Maps the outcome of a remote OPEN to what the node gets in its GSa1 reply.
