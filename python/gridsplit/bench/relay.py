@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -64,6 +64,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gridsplit import machine, sysdeps
+from gridsplit.errors import GridsplitError
+from gridsplit.procs import Processes
 from gridsplit.topology import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -85,7 +87,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 console = Console(highlight=False, width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "150")))
 
 
-class BenchError(Exception):
+class BenchError(GridsplitError):
     """A failure worth one line to the user (no traceback)."""
 
 
@@ -96,54 +98,6 @@ class Stopped(Exception):
 # ------------------------------------------------------------------ processes
 
 
-@dataclass
-class Processes:
-    """Long-running processes of the run, stopped by PID in reverse start order."""
-
-    logdir: Path
-    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
-
-    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        log = open(self.logdir / f"{name}.log", "wb")
-        # A session of its own: the terminal's Ctrl-C reaches only us, and we stop
-        # the children in order instead of racing them.
-        p = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-        log.close()
-        self.procs.append((name, p))
-        return p
-
-    def pid(self, name: str) -> int:
-        return next(p.pid for n, p in self.procs if n == name)
-
-    def check(self) -> None:
-        for name, p in self.procs:
-            if p.poll() is not None:
-                tail = (self.logdir / f"{name}.log").read_text(errors="replace").strip()
-                tail = tail.splitlines()[-1] if tail else "(no output)"
-                raise BenchError(f"{name} exited with status {p.returncode}: {tail}")
-
-    def stop(self) -> None:
-        for _, p in reversed(self.procs):
-            if p.poll() is None:
-                try:
-                    os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 3
-        for _, p in reversed(self.procs):
-            try:
-                p.wait(timeout=max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()
-        self.procs.clear()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -665,9 +619,9 @@ def run(out: Path, repeat: int, seconds: float, count: int, strategy: str, prelo
             chains = start_all(procs, tmp, bench, gsd, lib, cfg_a, cfg_b, preload, splice, floor, threads)
             runs += measure(bench, procs, chains, rep, repeat, seconds, count)
             procs.check()
-            procs.stop()
+            procs.stop(3.0)
     finally:
-        procs.stop()
+        procs.stop(3.0)
         signal.signal(signal.SIGTERM, old_term)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -732,7 +686,7 @@ def relay(out, repeat, seconds, count, strategy, preload, haproxy_splice, floor,
             raise BenchError(f"--tag {tag!r}: use letters, digits, - and _ only")
         run(out, repeat, seconds, count, strategy, preload, haproxy_splice, no_build, floor, threads,
             gridsplitd_bin, tag)
-    except BenchError as e:
+    except GridsplitError as e:
         click.echo(f"gridsplit bench relay: error: {e}", err=True)
         sys.exit(2)
     except (KeyboardInterrupt, Stopped):

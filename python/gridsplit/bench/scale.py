@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -52,6 +52,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gridsplit import machine
+from gridsplit.errors import GridsplitError
+from gridsplit.procs import Processes
 from gridsplit.console import err, out
 
 SCHEMA = "gridsplit.scale/1"
@@ -64,7 +66,7 @@ TARGET_OPEN_RATE = 1_000.0
 SINKS = 4  # sink listeners 127.K.2.20-23
 
 
-class ScaleError(Exception):
+class ScaleError(GridsplitError):
     """A failure worth one line to the user (no traceback)."""
 
 
@@ -75,63 +77,6 @@ class Stopped(Exception):
 # ------------------------------------------------------------------ processes
 
 
-@dataclass
-class Processes:
-    """Processes of one run, stopped by PID in reverse start order."""
-
-    logdir: Path
-    nofile: int
-    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
-
-    def _limits(self) -> None:
-        # In the child, before exec: the descriptors every flow needs. Above the
-        # hard limit only with CAP_SYS_RESOURCE; else as far as the hard limit
-        # goes (the limit each process got is read back and recorded).
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-        except (ValueError, OSError):
-            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-    def start(self, name: str, argv: list[str], pipes: bool = False) -> subprocess.Popen:
-        log = open(self.logdir / f"{name}.log", "wb")
-        p = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if pipes else log,
-            stderr=log,
-            start_new_session=True,  # Ctrl-C reaches only us; we stop the children
-            preexec_fn=self._limits,
-            text=pipes,
-        )
-        log.close()
-        self.procs.append((name, p))
-        return p
-
-    def check(self) -> None:
-        for name, p in self.procs:
-            if p.poll() is not None:
-                raise ScaleError(f"{name} exited with status {p.returncode}: {self.tail(name)}")
-
-    def tail(self, name: str) -> str:
-        t = (self.logdir / f"{name}.log").read_text(errors="replace").strip()
-        return t.splitlines()[-1] if t else "(no output)"
-
-    def stop(self) -> None:
-        for _, p in reversed(self.procs):
-            if p.poll() is None:
-                try:
-                    os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 5
-        for _, p in reversed(self.procs):
-            try:
-                p.wait(timeout=max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()
-        self.procs.clear()
 
 
 def nofile_of(pid: int) -> int | None:
@@ -679,7 +624,7 @@ def scale(out_dir, flows, active, seconds, msg_size, rate, concurrency, repeat, 
             total_buffer, nofile, octet, strategy, threads, gsload_threads, open_timeout_ms, probe_defaults,
             probe_flows, no_build, " ".join(["gridsplit", "bench", "scale", *sys.argv[3:]])
             if sys.argv[1:3] == ["bench", "scale"] else " ".join(sys.argv))
-    except ScaleError as e:
+    except GridsplitError as e:
         err.print(f"gridsplit bench scale: error: {e}")
         sys.exit(2)
     except (KeyboardInterrupt, Stopped):

@@ -250,12 +250,9 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         *([f"mss = {mss}"] if mss else []),
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_rto_min_us}",
-        # rate_bps (pacing LAN writes) stays off where the gateway's NIC is a
-        # node's: measured slower on the paper grid (docs/design/lan-legs.md).
-        # A faster gateway NIC would burst into a node's slower switch port.
-        *([f"# This gateway's NIC ({s.gateway_nic_mbps:g} Mb/s) is faster than its nodes' ({s.nic_mbps:g}): "
-           "pace each LAN socket at a node's rate, or its bursts overflow the node's switch port.",
-           f"rate_bps = {pacing_bps(s.nic_mbps)}"] if s.gateway_nic_mbps > s.nic_mbps else []),
+        # rate_bps (pacing LAN writes) stays off: measured slower on the paper
+        # grid, and no better with gateways faster than their nodes
+        # (docs/design/lan-legs.md, docs/design/wan-striping.md).
         "",
         "[wan]",
         f'congestion = "{g.congestion}"',
