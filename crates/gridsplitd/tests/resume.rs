@@ -263,35 +263,14 @@ async fn a_peer_on_the_old_protocol_is_refused() {
 /// session starts afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_out_of_range_closes_the_connection_and_the_session_resumes() {
-    use gridsplitd::transfer::{tcp::TcpConn, WanConn};
+    use gridsplitd::transfer::WanConn;
     use gridsplitd::wire::Frame;
     within(30, async {
         let k = 44;
         let o = Opts::default();
         let b = gateway(k, 2, PSK, &o).await;
         // We play alpha by hand, with the right key.
-        let dial = || async {
-            let (mut conn, _) = TcpConn::connect(
-                Some(ip(k, 1, 254)),
-                addr(k, 2, 254, WAN_PORT),
-                &gridsplitd::config::WanParams::default(),
-                65536,
-                Duration::from_secs(2),
-            )
-            .await
-            .unwrap();
-            gridsplitd::auth::handshake(
-                &mut conn,
-                PSK,
-                "alpha",
-                65536,
-                |s| s == "beta",
-                Duration::from_secs(2),
-            )
-            .await
-            .unwrap();
-            conn
-        };
+        let dial = || dial_as_alpha(k);
         let mut conn = dial().await;
         assert!(!session(&mut conn, 0, false).await, "a new session");
         wait_link(&b, "alpha").await;

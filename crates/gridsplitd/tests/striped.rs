@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use gridsplitd::transfer::{tcp::TcpConn, WanConn};
+use gridsplitd::transfer::WanConn;
 use gridsplitd::wire::Frame;
 
 fn streams_of(g: &gridsplitd::Gateway, peer: &str) -> usize {
@@ -137,25 +137,7 @@ async fn a_join_without_a_waiting_set_joins_nothing() {
         };
         let (a, b) = pair(k, &o).await;
         let session = b.shared.link_to("alpha").unwrap().session;
-        let (mut conn, _) = TcpConn::connect(
-            Some(ip(k, 1, 254)),
-            addr(k, 2, 254, WAN_PORT),
-            &gridsplitd::config::WanParams::default(),
-            65536,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
-        gridsplitd::auth::handshake(
-            &mut conn,
-            PSK,
-            "alpha",
-            65536,
-            |s| s == "beta",
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let mut conn = dial_as_alpha(k).await;
         conn.send_frame(&Frame::Join {
             session,
             token: 0x1234_5679,

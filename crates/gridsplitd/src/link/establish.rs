@@ -551,12 +551,45 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     .await
 }
 
+pub(super) enum DialError {
+    Connect(std::io::Error),
+    Auth(AuthError),
+}
+
+/// Connects to `peer`'s gateway from our own WAN address (the one the peer
+/// knows us by), tuned before the SYN, and authenticates it: a session's first
+/// connection and a striped set's others alike. Also returns tuning warnings.
+pub(super) async fn dial(
+    shared: &Shared,
+    peer: &crate::config::Site,
+    params: &crate::config::WanParams,
+    limit: Duration,
+) -> Result<(TcpConn, PeerInfo, Vec<String>), DialError> {
+    let bind_ip = Some(shared.cfg.own_site().gateway_wan.ip());
+    let max_frame = shared.cfg.limits.max_frame;
+    let (mut conn, warnings) =
+        TcpConn::connect(bind_ip, peer.gateway_wan, params, max_frame, limit)
+            .await
+            .map_err(DialError::Connect)?;
+    let name = peer.name.as_str();
+    let info = auth::handshake(
+        &mut conn,
+        &shared.cfg.psk,
+        &shared.cfg.site,
+        max_frame,
+        |s| s == name,
+        HANDSHAKE_TIMEOUT,
+    )
+    .await
+    .map_err(DialError::Auth)?;
+    Ok((conn, info, warnings))
+}
+
 /// Keeps a connection to `peer` (whose name sorts after ours): dial,
 /// authenticate, start or resume the session, run, and on failure try again
 /// with exponential backoff.
 pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
     let params = shared.cfg.wan_params(&peer.name).clone();
-    let bind_ip = Some(shared.cfg.own_site().gateway_wan.ip());
     let mut backoff = BACKOFF_MIN;
     let mut warned = false;
     // The last attempt to stripe failed: the next connection goes unstriped, so
@@ -575,40 +608,22 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
             } else {
                 HANDSHAKE_TIMEOUT
             };
-            let (mut conn, warnings) = TcpConn::connect(
-                bind_ip,
-                peer.gateway_wan,
-                &params,
-                shared.cfg.limits.max_frame,
-                limit,
-            )
-            .await
-            .map_err(|e| {
-                if held && e.kind() == std::io::ErrorKind::ConnectionRefused {
-                    refused = true;
+            let (mut conn, info, warnings) = match dial(&shared, &peer, &params, limit).await {
+                Ok(d) => d,
+                Err(DialError::Connect(e)) => {
+                    if held && e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        refused = true;
+                    }
+                    return Err(format!("connect to {}: {e}", peer.gateway_wan));
                 }
-                format!("connect to {}: {e}", peer.gateway_wan)
-            })?;
-            for w in warnings {
-                warn!(peer = %peer.name, "WAN tuning: {w}");
-            }
-            let name = peer.name.clone();
-            let r = auth::handshake(
-                &mut conn,
-                &shared.cfg.psk,
-                &shared.cfg.site,
-                shared.cfg.limits.max_frame,
-                |s| s == name,
-                HANDSHAKE_TIMEOUT,
-            )
-            .await;
-            let info = match r {
-                Ok(info) => info,
-                Err(e) => {
+                Err(DialError::Auth(e)) => {
                     note_handshake_failure(&shared, peer.gateway_wan, &e);
                     return Err(String::new());
                 }
             };
+            for w in warnings {
+                warn!(peer = %peer.name, "WAN tuning: {w}");
+            }
             let proposal = if unstriped { 1 } else { params.streams };
             let ready = dialer_session(&shared, &mut conn, &info, proposal).await?;
             let mut others = Vec::new();

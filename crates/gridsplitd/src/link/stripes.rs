@@ -17,8 +17,9 @@ use rand::TryRngCore;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use super::establish::{dial, DialError};
 use super::Link;
-use crate::auth::{self, PeerInfo};
+use crate::auth::PeerInfo;
 use crate::config::{Site, WanParams};
 use crate::transfer::tcp::TcpConn;
 use crate::transfer::WanConn;
@@ -106,36 +107,23 @@ pub(super) async fn dial_set(
     count: usize,
     limit: Duration,
 ) -> Result<Vec<TcpConn>, String> {
-    let bind_ip = Some(shared.cfg.own_site().gateway_wan.ip());
     let one = |i: usize| {
         let shared = shared.clone();
         let peer = peer.clone();
         let params = params.clone();
         async move {
-            let (mut conn, _) = TcpConn::connect(
-                bind_ip,
-                peer.gateway_wan,
-                &params,
-                shared.cfg.limits.max_frame,
-                limit,
-            )
-            .await
-            .map_err(|e| format!("striped connection {}: connect: {e}", i + 2))?;
-            let name = peer.name.clone();
-            auth::handshake(
-                &mut conn,
-                &shared.cfg.psk,
-                &shared.cfg.site,
-                shared.cfg.limits.max_frame,
-                |s| s == name,
-                limit,
-            )
-            .await
-            .map_err(|e| format!("striped connection {}: {e}", i + 2))?;
+            let n = i + 2;
+            let (mut conn, _, _) = match dial(&shared, &peer, &params, limit).await {
+                Ok(d) => d,
+                Err(DialError::Connect(e)) => {
+                    return Err(format!("striped connection {n}: connect: {e}"))
+                }
+                Err(DialError::Auth(e)) => return Err(format!("striped connection {n}: {e}")),
+            };
             conn.send_frame(&Frame::Join { session, token })
                 .await
-                .map_err(|e| format!("striped connection {}: JOIN: {e}", i + 2))?;
-            debug!(peer = %peer.name, "striped connection {} joined", i + 2);
+                .map_err(|e| format!("striped connection {n}: JOIN: {e}"))?;
+            debug!(peer = %peer.name, "striped connection {n} joined");
             Ok::<_, String>(conn)
         }
     };

@@ -368,3 +368,28 @@ pub fn sink(l: TcpListener) -> tokio::task::JoinHandle<()> {
         }
     })
 }
+
+/// A WAN connection to beta's gateway of test K, authenticated as alpha with
+/// the test key: for tests that play alpha's gateway by hand.
+pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
+    let (mut conn, _) = gridsplitd::transfer::tcp::TcpConn::connect(
+        Some(ip(k, 1, 254)),
+        addr(k, 2, 254, WAN_PORT),
+        &gridsplitd::config::WanParams::default(),
+        65536,
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    gridsplitd::auth::handshake(
+        &mut conn,
+        PSK,
+        "alpha",
+        65536,
+        |s| s == "beta",
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    conn
+}
