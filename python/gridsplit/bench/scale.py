@@ -2,7 +2,7 @@
 
 A job of 256 ranks per site on two sites opens up to 65,536 cross-site
 connections. This runs two gridsplitd processes on loopback (sites
-127.K.1.0/24 and 127.K.2.0/24, free ports, configs in a temporary directory)
+127.K.1.0/24 and 127.K.2.0/24, fixed ports, configs in a temporary directory)
 and gsload (crates/gsload), which opens many LAN connections through them, as
 libgridsplit.so would, to sinks behind the far gateway, and measures:
 
@@ -136,13 +136,24 @@ def metrics(admin: str) -> dict:
     return m
 
 
-def free_port(ip: str) -> int:
+# Listening ports, below Linux's ephemeral range (32768-60999): a port picked by
+# binding port 0 is an ephemeral one, which the far gateway's thousands of
+# outgoing connections (bound to its LAN address, port 0) may hold, or have just
+# left in TIME_WAIT, when the next repeat's listener binds it.
+PORTS = {"lan": 7100, "wan": 7200, "admin": 7300, "sink": 7400}
+
+
+def port_free(ip: str, port: int) -> int:
+    """`port` if a listener can bind ip:port (as gridsplitd and gsload do, with
+    SO_REUSEADDR), else one clear error."""
     s = socket.socket()
     try:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((ip, port))
+        return port
     except OSError as e:
-        raise ScaleError(f"cannot bind {ip}: {e.strerror}") from None
+        raise ScaleError(f"cannot bind {ip}:{port}: {e.strerror}; is another bench scale running? "
+                         "give it another --octet") from None
     finally:
         s.close()
 
@@ -163,14 +174,14 @@ class Plan:
 
 
 def write_configs(d: Path, plan: Plan) -> dict:
-    """Configs of both gateways on fresh free ports; returns their addresses."""
+    """Configs of both gateways (ports: PORTS); returns their addresses."""
     (d / "psk").write_text(secrets.token_hex(32))
     gw = {}
     for site, name in ((1, "alpha"), (2, "beta")):
         own = plan.ip(site, 254)
         admin_ip = f"127.{plan.k}.0.{site}"
-        gw[name] = {"lan": (own, free_port(own)), "wan": (own, free_port(own)),
-                    "admin": f"{admin_ip}:{free_port(admin_ip)}"}
+        gw[name] = {"lan": (own, port_free(own, PORTS["lan"])), "wan": (own, port_free(own, PORTS["wan"])),
+                    "admin": f"{admin_ip}:{port_free(admin_ip, PORTS['admin'])}"}
     limits = ""
     if plan.per_flow_buffer is not None:
         limits = f"[limits]\nper_flow_buffer = {plan.per_flow_buffer}\ntotal_buffer = {plan.total_buffer}\n"
@@ -249,7 +260,7 @@ def one_run(gsd: Path, gsl: Path, plan: Plan, nofile: int, steps: list[int], act
         for name in ("alpha", "beta"):
             pids[name] = procs.start(f"gridsplitd-{name}", [str(gsd), "--config", str(gw[name]["config"]), *extra]).pid
         wait_link(gw["alpha"]["admin"], procs)
-        sink_port = free_port(plan.ip(2, 20))
+        sink_port = port_free(plan.ip(2, 20), PORTS["sink"])
         sinks = ",".join(f"{plan.ip(2, 20 + i)}:{sink_port}" for i in range(SINKS))
         lan_ip, lan_port = gw["alpha"]["lan"]
         common = [str(gsl), "--gateway", f"{lan_ip}:{lan_port}", "--src-prefix", f"127.{plan.k}.1",

@@ -162,6 +162,28 @@ async fn serve_node(shared: Arc<Shared>, mut stream: TcpStream, node: SocketAddr
     flow::relay(flow, link, stream, None).await;
 }
 
+/// IP_BIND_ADDRESS_NO_PORT: bind() to the LAN address leaves the port to
+/// connect(), which picks it for the whole 4-tuple. Without it, bind() picks a
+/// port no socket on that address holds, searching past every one held or left
+/// in TIME_WAIT by earlier flows: thousands of flows made opens slow (bench
+/// scale, a second run right after a first of 10,000 flows) and would cap a
+/// gateway at one ephemeral range of connections in all. Best effort: an old
+/// kernel without it still connects. (socket2 has no setter for it.)
+fn bind_address_no_port(sock: &TcpSocket) {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor, and an int option of the right size.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 async fn connect_from(
     lan_ip: IpAddr,
     dst: SocketAddr,
@@ -176,6 +198,7 @@ async fn connect_from(
     // From our own LAN address: the destination's libgridsplit.so recognises a
     // gateway of its site by this address and then expects the GSo1 header.
     if !lan_ip.is_unspecified() && lan_ip.is_ipv4() == dst.is_ipv4() {
+        bind_address_no_port(&sock);
         sock.bind(SocketAddr::new(lan_ip, 0))
             .map_err(|e| Status::from_connect_error(&e))?;
     }
