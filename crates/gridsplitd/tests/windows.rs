@@ -146,3 +146,47 @@ async fn a_spent_budget_refuses_new_flows_instead_of_hanging() {
     .await
     .expect("timed out");
 }
+
+/// A bulk flow's receive window grows from the initial 16 KiB to
+/// `per_flow_buffer` as data moves through it (status shows it), and a flow
+/// that carried one small message keeps the initial window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_flow_grows_its_window_and_an_idle_one_does_not() {
+    within(30, async {
+        let k = 51;
+        let o = Opts {
+            per_flow_buffer: 1 << 20,
+            ..Opts::default()
+        };
+        let (a, b) = pair(k, &o).await;
+        let l = TcpListener::bind(addr(k, 2, 20, 5000)).await.unwrap();
+        let (mut big, st) = gs_connect(ip(k, 1, 10), addr(k, 1, 254, LAN_PORT), addr(k, 2, 20, 5000)).await;
+        assert_eq!(st, Status::Ok);
+        let (mut big_srv, _, _) = accept_relayed(&l).await;
+        let (mut small, st) = gs_connect(ip(k, 1, 11), addr(k, 1, 254, LAN_PORT), addr(k, 2, 20, 5000)).await;
+        assert_eq!(st, Status::Ok);
+        let (mut small_srv, _, _) = accept_relayed(&l).await;
+        small.write_all(b"hello").await.unwrap();
+        let mut h = [0u8; 5];
+        small_srv.read_exact(&mut h).await.unwrap();
+        let data = pattern(1, 8 << 20);
+        let w = tokio::spawn(async move {
+            big.write_all(&data).await.unwrap();
+            big
+        });
+        let mut got = vec![0u8; 8 << 20];
+        big_srv.read_exact(&mut got).await.unwrap();
+        assert_eq!(sha(&got), sha(&pattern(1, 8 << 20)));
+        let _big = w.await.unwrap();
+        // Beta received both flows' data: its windows are the ones that grew.
+        let (flows, _) = b.shared.link_to("alpha").unwrap().flow_statuses(10);
+        let mut windows: Vec<u64> = flows.iter().map(|f| f.window).collect();
+        windows.sort();
+        assert_eq!(windows, vec![16 * 1024, 1 << 20], "{flows:?}");
+        drop(small);
+        a.stop().await;
+        b.stop().await;
+    })
+    .await
+    .expect("timed out");
+}

@@ -134,9 +134,12 @@ struct RxState {
     credit_batch: usize,
     /// The window: bytes of the receive budget this flow holds.
     window: usize,
-    /// The peer used up the window since credit last went back: the window,
-    /// not the LAN, held it back.
-    starved: bool,
+    /// Bytes received since the window last grew (or since the flow opened).
+    /// Once a whole window's worth has arrived the flow is moving bulk data,
+    /// and a larger window lets it move more per round trip. (Waiting for the
+    /// peer to run out of credit does not work as a test: credit for the
+    /// window's first bytes goes back before its last bytes arrive.)
+    moved: u64,
     /// Buffers on their way to the LAN socket (kept to reuse the allocation).
     spare: Vec<Bytes>,
 }
@@ -229,6 +232,9 @@ pub struct FlowStatus {
     pub queued_in: u64,
     pub frames_out: u64,
     pub credit: u64,
+    /// Receive window: what this gateway lets the peer send on the flow
+    /// before it returns credit (grows with use, flow/mod.rs).
+    pub window: u64,
     pub state: &'static str,
     pub age_s: f64,
 }
@@ -274,7 +280,7 @@ impl Flow {
                 freed: 0,
                 credit_batch: 1,
                 window: 0,
-                starved: false,
+                moved: 0,
                 spare: Vec::new(),
             }),
             rx_wake: Notify::new(),
@@ -301,10 +307,10 @@ impl Flow {
             let t = self.tx.lock().unwrap();
             (t.credit, t.queued as u64, t.fin_sent)
         };
-        let (queued_in, fin_in) = {
+        let (queued_in, fin_in, window) = {
             let rx = self.rx.lock().unwrap();
             let q: usize = rx.queue.iter().map(|b| b.len()).sum();
-            (q as u64, rx.fin)
+            (q as u64, rx.fin, rx.window as u64)
         };
         let state = if self.is_aborted() {
             "reset"
@@ -332,6 +338,7 @@ impl Flow {
             queued_in,
             frames_out: self.frames_out.load(Ordering::Relaxed),
             credit,
+            window,
             state,
             age_s: self.created.elapsed().as_secs_f64(),
         }
@@ -350,19 +357,21 @@ impl Flow {
     }
 
     /// Ends a LAN write (`RxState::end_write`) and sizes the credit that goes
-    /// back: a starved window grows (×4, up to `per_flow_buffer`) while the
-    /// receive budget has more than its reserve free; under pressure a window
-    /// above INITIAL_WINDOW shrinks by withholding what drained.
+    /// back: a window through which a whole window's worth has moved grows
+    /// (×4, up to `per_flow_buffer`) while the receive budget has more than its
+    /// reserve free; under pressure a window above INITIAL_WINDOW shrinks by
+    /// withholding what drained.
     fn end_write(&self, rx: &mut RxState, rest: &mut Vec<Bytes>, written: usize) -> Option<u32> {
         let mut grant = rx.end_write(rest, written)? as usize;
-        let starved = std::mem::take(&mut rx.starved);
+        let cycled = rx.moved >= rx.window as u64;
         let mut res = self.rx_reservation.lock().unwrap();
         let Some(permit) = res.as_mut() else {
             return Some(grant as u32);
         };
         let pool = permit.semaphore().clone();
         let free = pool.available_permits();
-        if starved && rx.window < self.per_flow_buffer && free > self.rx_reserve {
+        if cycled && rx.window < self.per_flow_buffer && free > self.rx_reserve {
+            rx.moved = 0;
             let extra = (3 * rx.window)
                 .min(self.per_flow_buffer - rx.window)
                 .min(free - self.rx_reserve);
@@ -421,9 +430,7 @@ impl Flow {
             });
         }
         rx.window_left -= len as u64;
-        if rx.window_left == 0 {
-            rx.starved = true;
-        }
+        rx.moved += len as u64;
         if len > 0 {
             rx.queue.push_back(data);
         }
@@ -547,7 +554,7 @@ mod tests {
             freed: 0,
             credit_batch,
             window: 0,
-            starved: false,
+            moved: 0,
             spare: Vec::new(),
         }
     }
@@ -574,6 +581,40 @@ mod tests {
         batch.clear();
         assert_eq!(s.end_write(&mut batch, 10), Some(16));
         assert_eq!((s.freed, s.window_left), (0, 16));
+    }
+
+    /// A flow through which a whole window has moved gets a window 4x as large
+    /// with its next credit, up to per_flow_buffer; the budget pays for it.
+    #[test]
+    fn a_window_that_moved_its_size_grows() {
+        let limits = crate::config::Limits {
+            per_flow_buffer: 4 << 20,
+            total_buffer: 256 << 20,
+            max_frame: 65536,
+        };
+        let pool = Arc::new(Semaphore::new(128 << 20));
+        let any: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let f = Flow::new(3, pool.clone(), &limits, Origin::Remote, any, any);
+        let w = f.set_window(pool.clone().try_acquire_many_owned(INITIAL_WINDOW as u32).unwrap());
+        assert_eq!(w as usize, INITIAL_WINDOW);
+        let mut sent_window = INITIAL_WINDOW;
+        for _ in 0..6 {
+            // The peer sends a whole window in 4 KiB frames; each is written out.
+            let mut granted = 0;
+            for _ in 0..sent_window / 4096 {
+                f.deliver(Bytes::from(vec![0u8; 4096])).unwrap();
+                let mut rx = f.rx.lock().unwrap();
+                let mut batch = Vec::new();
+                rx.take_batch(&mut batch);
+                batch.clear();
+                granted += f.end_write(&mut rx, &mut batch, 4096).unwrap_or(0) as usize;
+            }
+            let now = f.rx.lock().unwrap().window;
+            assert_eq!(granted, now, "credit returned = what was freed + the growth");
+            sent_window = now;
+        }
+        assert_eq!(sent_window, 4 << 20);
+        assert_eq!(pool.available_permits(), (128 << 20) - (4 << 20));
     }
 
     #[test]
