@@ -5,11 +5,13 @@ order, also on Ctrl-C and SIGTERM. Shared by `bench relay` and `bench scale`."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,3 +88,19 @@ class Processes:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
         self.procs.clear()
+
+
+def wait_gateway_link(admin: str, procs: Processes, timeout: float = 15) -> None:
+    """Waits until the gridsplitd whose admin endpoint is `admin` reports a WAN
+    link, checking meanwhile that none of `procs` has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check()
+        try:
+            with urllib.request.urlopen(f"http://{admin}/status", timeout=1) as r:
+                if json.load(r).get("links"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise GridsplitError(f"the gateways did not bring up their WAN link in {timeout:.0f} s")

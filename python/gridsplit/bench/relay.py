@@ -55,7 +55,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +64,7 @@ from rich.table import Table
 
 from gridsplit import machine, sysdeps
 from gridsplit.errors import GridsplitError
-from gridsplit.procs import Processes
+from gridsplit.procs import Processes, wait_gateway_link
 from gridsplit.topology import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -192,20 +191,6 @@ backend out
     path = d / f"haproxy-{name}.cfg"
     path.write_text(text)
     return path
-
-
-def wait_link(admin: str, procs: Processes, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        procs.check()
-        try:
-            with urllib.request.urlopen(f"http://{admin}/status", timeout=1) as r:
-                if json.load(r).get("links"):
-                    return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    raise BenchError(f"gridsplitd gateways did not establish their WAN link in {timeout:.0f} s")
 
 
 def gridsplitd_binary(explicit: Path | None) -> tuple[Path, bool]:
@@ -550,7 +535,7 @@ def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cf
             wait_port(SERVER_IP, port, procs, f"relaybench server ({name})")
     wait_port(GW_B, HAP_B, procs, "haproxy B")
     wait_port(GW_A, HAP_A, procs, "haproxy A")
-    wait_link(f"{GW_A}:{GS_ADMIN}", procs)
+    wait_gateway_link(f"{GW_A}:{GS_ADMIN}", procs)
 
     dst_gs = [SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--bind", CLIENT_IP]
     if preload:

@@ -53,7 +53,7 @@ from rich.table import Table
 
 from gridsplit import machine
 from gridsplit.errors import GridsplitError
-from gridsplit.procs import Processes
+from gridsplit.procs import Processes, wait_gateway_link
 from gridsplit.console import err, out
 
 SCHEMA = "gridsplit.scale/1"
@@ -201,20 +201,6 @@ def write_configs(d: Path, plan: Plan) -> dict:
     return gw
 
 
-def wait_link(admin: str, procs: Processes, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        procs.check()
-        try:
-            with urllib.request.urlopen(f"http://{admin}/status", timeout=1) as r:
-                if json.load(r).get("links"):
-                    return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    raise ScaleError(f"the gateways did not bring up their WAN link in {timeout:.0f} s")
-
-
 def binaries(no_build: bool) -> tuple[Path, Path]:
     """gridsplitd ($GRIDSPLITD, else target/release) and gsload ($GSLOAD, else
     target/release); `cargo build --release -p gsload -p gridsplitd` if one is missing."""
@@ -259,7 +245,7 @@ def one_run(gsd: Path, gsl: Path, plan: Plan, nofile: int, steps: list[int], act
         pids = {}
         for name in ("alpha", "beta"):
             pids[name] = procs.start(f"gridsplitd-{name}", [str(gsd), "--config", str(gw[name]["config"]), *extra]).pid
-        wait_link(gw["alpha"]["admin"], procs)
+        wait_gateway_link(gw["alpha"]["admin"], procs)
         sink_port = port_free(plan.ip(2, 20), PORTS["sink"])
         sinks = ",".join(f"{plan.ip(2, 20 + i)}:{sink_port}" for i in range(SINKS))
         lan_ip, lan_port = gw["alpha"]["lan"]
