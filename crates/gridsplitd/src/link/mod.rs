@@ -23,6 +23,7 @@ mod keepalive;
 mod recv;
 mod replay;
 mod send;
+mod session;
 mod stripes;
 
 pub use establish::{accept_loop, dial_loop};
