@@ -13,8 +13,9 @@
 //! for longer than `outage_limit_s` ends, and its flows are reset on both sides
 //! (docs/design/wan-sessions.md).
 //!
-//! The parts, one job each: establish.rs (dial, accept, handshake, resume),
-//! send.rs (send path and replay record), recv.rs (reader and frame handling),
+//! The parts, one job each: establish.rs (dial, accept, handshake, run a
+//! connection), session.rs (start or resume), stripes.rs (a striped set's
+//! other connections), send.rs (send path and replay record), recv.rs (reader and frame handling),
 //! keepalive.rs (liveness and ACKs), replay.rs (the buffer). This file holds
 //! the session's state: its flows, its connection, its status.
 

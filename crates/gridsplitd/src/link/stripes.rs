@@ -1,7 +1,7 @@
 //! Assembling a striped link's connections (transfer/striped.rs).
 //!
 //! The first connection agrees on the count in the SESSION exchange
-//! (establish.rs): the dialer proposes its `streams`, the acceptor answers with
+//! (session.rs): the dialer proposes its `streams`, the acceptor answers with
 //! the smaller of that and its own, and with a random token. The dialer then
 //! opens the other connections; each is authenticated exactly like the first
 //! (AUTH proves the peer's site) and its first frame is JOIN(session, token).
