@@ -160,10 +160,20 @@ async fn a_bulk_flow_grows_its_window_and_an_idle_one_does_not() {
         };
         let (a, b) = pair(k, &o).await;
         let l = TcpListener::bind(addr(k, 2, 20, 5000)).await.unwrap();
-        let (mut big, st) = gs_connect(ip(k, 1, 10), addr(k, 1, 254, LAN_PORT), addr(k, 2, 20, 5000)).await;
+        let (mut big, st) = gs_connect(
+            ip(k, 1, 10),
+            addr(k, 1, 254, LAN_PORT),
+            addr(k, 2, 20, 5000),
+        )
+        .await;
         assert_eq!(st, Status::Ok);
         let (mut big_srv, _, _) = accept_relayed(&l).await;
-        let (mut small, st) = gs_connect(ip(k, 1, 11), addr(k, 1, 254, LAN_PORT), addr(k, 2, 20, 5000)).await;
+        let (mut small, st) = gs_connect(
+            ip(k, 1, 11),
+            addr(k, 1, 254, LAN_PORT),
+            addr(k, 2, 20, 5000),
+        )
+        .await;
         assert_eq!(st, Status::Ok);
         let (mut small_srv, _, _) = accept_relayed(&l).await;
         small.write_all(b"hello").await.unwrap();

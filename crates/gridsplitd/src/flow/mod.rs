@@ -595,7 +595,11 @@ mod tests {
         let pool = Arc::new(Semaphore::new(128 << 20));
         let any: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let f = Flow::new(3, pool.clone(), &limits, Origin::Remote, any, any);
-        let w = f.set_window(pool.clone().try_acquire_many_owned(INITIAL_WINDOW as u32).unwrap());
+        let w = f.set_window(
+            pool.clone()
+                .try_acquire_many_owned(INITIAL_WINDOW as u32)
+                .unwrap(),
+        );
         assert_eq!(w as usize, INITIAL_WINDOW);
         let mut sent_window = INITIAL_WINDOW;
         for _ in 0..6 {
@@ -610,7 +614,10 @@ mod tests {
                 granted += f.end_write(&mut rx, &mut batch, 4096).unwrap_or(0) as usize;
             }
             let now = f.rx.lock().unwrap().window;
-            assert_eq!(granted, now, "credit returned = what was freed + the growth");
+            assert_eq!(
+                granted, now,
+                "credit returned = what was freed + the growth"
+            );
             sent_window = now;
         }
         assert_eq!(sent_window, 4 << 20);
