@@ -358,7 +358,7 @@ struct LaneRx {
     rbuf: BytesMut,
     /// Pieces received on this lane and not yet appended, in order.
     pieces: VecDeque<(u64, Bytes)>,
-    /// Bytes of `pieces` plus `rbuf`.
+    /// Bytes of `pieces`.
     held: usize,
 }
 
@@ -427,7 +427,9 @@ impl StripedRx {
                 for d in 0..k {
                     let i = (start + d) % k;
                     let l = &lanes[i];
-                    if l.held + l.rbuf.len() >= REORDER_MAX {
+                    // Complete pieces only: a partial frame in `rbuf` must
+                    // always be read to its end.
+                    if l.held >= REORDER_MAX {
                         continue;
                     }
                     if let Poll::Ready(r) = l.stream.poll_read_ready(cx) {
