@@ -394,34 +394,14 @@ async fn garbage_on_the_wan_port_closes_only_that_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authenticated_peer_breaking_the_protocol_loses_its_link() {
-    use gridsplitd::transfer::{tcp::TcpConn, WanConn};
+    use gridsplitd::transfer::WanConn;
     use gridsplitd::wire::Frame;
     within(30, async {
         let k = 20;
         let o = Opts::default();
         // Only beta runs; we play alpha by hand, with the right key.
         let b = gateway(k, 2, PSK, &o).await;
-        let params = gridsplitd::config::WanParams::default();
-        let (mut conn, _) = TcpConn::connect(
-            Some(ip(k, 1, 254)),
-            addr(k, 2, 254, WAN_PORT),
-            &params,
-            65536,
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
-        let peer = gridsplitd::auth::handshake(
-            &mut conn,
-            PSK,
-            "alpha",
-            65536,
-            |s| s == "beta",
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
-        assert_eq!(peer.site, "beta");
+        let mut conn = dial_as_alpha(k).await;
         // A resume of a session beta never had: refused (counted), and a new
         // session starts instead.
         conn.send_frame(&Frame::Session {

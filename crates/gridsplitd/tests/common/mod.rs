@@ -381,7 +381,7 @@ pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
     )
     .await
     .unwrap();
-    gridsplitd::auth::handshake(
+    let peer = gridsplitd::auth::handshake(
         &mut conn,
         PSK,
         "alpha",
@@ -391,5 +391,6 @@ pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
     )
     .await
     .unwrap();
+    assert_eq!(peer.site, "beta");
     conn
 }
