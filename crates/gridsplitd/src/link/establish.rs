@@ -37,8 +37,6 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// path that comes back is used within about a second; otherwise 5 s.
 const BACKOFF_MAX_HELD: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Marks a dial attempt that failed while joining the striped connections.
-const STRIPE_FAILED: &str = "striping: ";
 
 impl Link {
     /// Connections the session has had (the generation of the current one).
@@ -354,6 +352,8 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
         // state there. Nothing can be resumed: end the session now rather than
         // hold its flows for the outage limit. (A blackout drops SYNs silently.)
         let mut refused = false;
+        // This attempt failed while joining a striped set's other connections.
+        let mut stripe_failed = false;
         let attempt = async {
             let limit = if held {
                 RECONNECT_TIMEOUT
@@ -395,7 +395,8 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
                     Ok(conns) => others = conns,
                     Err(e) => {
                         warn!(peer = %peer.name, "striping the WAN link failed ({e}); the next connection is unstriped");
-                        return Err(format!("{STRIPE_FAILED}{e}"));
+                        stripe_failed = true;
+                        return Err(format!("striping: {e}"));
                     }
                 }
             }
@@ -419,7 +420,7 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
         } else {
             BACKOFF_MAX
         };
-        unstriped = matches!(&r, Err(m) if m.starts_with(STRIPE_FAILED));
+        unstriped = stripe_failed;
         match r {
             Ok((conn, ready, others, peer_max)) => {
                 backoff = BACKOFF_MIN;
