@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .ab import ab
 from .outage import outage
 from .relay import relay
 from .scale import scale
@@ -20,3 +21,4 @@ for _cmd in iter_ops():
 bench.add_command(relay)
 bench.add_command(outage)
 bench.add_command(scale)
+bench.add_command(ab)

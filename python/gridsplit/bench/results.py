@@ -33,10 +33,13 @@ def frame_ceiling(mean_frame: float) -> float:
 def variant_tag(row: dict[str, Any]) -> str:
     """"direct", or the split run's gateway variant as "strategy:congestion", with ":no-lan-tuning" when the
     LAN legs ran untuned, ":K-streams" when the WAN links had a fixed stream count and ":split-all" when every
-    connection was split whatever the split policy (tables, plots, file names)."""
+    connection was split whatever the split policy (tables, plots, file names). A `bench ab` row is its side's
+    label ("A", "B", or the one given), whose settings the result file's meta row holds."""
     if row["mode"] == "direct":
         return "direct"
     v = row.get("variant") or {}
+    if v.get("ab"):
+        return v["ab"]
     streams = f":{v['wan_streams']}-streams" if v.get("wan_streams") else ""
     return (f"{v.get('strategy')}:{v.get('congestion')}{':no-lan-tuning' if v.get('lan_tuning') is False else ''}"
             f"{streams}{':split-all' if v.get('split') == 'all' else ''}")
@@ -51,7 +54,8 @@ def median_of(vals) -> float | None:
 def row_key(row: dict[str, Any]) -> tuple:
     v = row.get("variant") or {}
     return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
-            v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"), v.get("split"))
+            v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"), v.get("split"),
+            v.get("ab"))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import signal
 import statistics
 import sys
@@ -45,7 +44,9 @@ from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
 from ..lab.names import LabNames
 from ..lab.sh import list_netns
 from ..lab.tcptrace import Trace
+from . import options as O
 from . import units
+from .options import ALL_NODES
 from .report import build_report
 from .results import GOODPUT, SCHEMA, read_rows, render_summary, row_key, summarize
 
@@ -88,23 +89,27 @@ class Point:
     streams: int | None = None
     # Which connections the ranks split: "policy" (the topology's split policy) or "all".
     split: str | None = None
+    # `bench ab`: the side's label and the gridsplitd it runs (None: this checkout's build).
+    ab: str | None = None
+    gridsplitd: str | None = None
 
     @property
     def variant(self) -> dict[str, Any] | None:
         """The gateway settings of a split run, as result rows record them (row_key reads them back)."""
-        return {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
-                "wan_streams": self.streams, "split": self.split} if self.mode == "split" else None
+        if self.mode != "split":
+            return None
+        v = {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
+             "wan_streams": self.streams, "split": self.split}
+        return {**v, "ab": self.ab, "gridsplitd": self.gridsplitd} if self.ab else v
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan, self.streams, self.split)
+                self.lan, self.streams, self.split, self.ab)
 
 
 # -- placement and physics -----------------------------------------------------
 
-# `--nodes all`: every node of the lab runs a rank (all sites, not one sender site).
-ALL_NODES = 0
 
 def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
     """The root (first node of the second site) and the `nodes` senders of the first site,
@@ -400,7 +405,6 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
           streams: tuple[int | None, ...] = (None,),
           splits: tuple[str, ...] = ("policy",)) -> list[dict[str, Any]]:
     sysdeps.need_root(f"gridsplit bench {op}")
-    names = LabNames.from_env()
     gw = load_topology(topology, None, scale).gateways
     strategies = [s or gw.strategy for s in strategies]
     ccs = [c or gw.congestion for c in ccs]
@@ -408,6 +412,20 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     streams = tuple(gw.wan_streams if k is None else k for k in streams)
     rank_env = rank_env or {}
     pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans, streams, splits)
+    requested = {"nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
+                 "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
+                 "wan_streams": streams, "split": splits, "check": check}
+    return run_plan(op, topology, scale, pts, reps, budget, check, out, con, rank_env, requested)
+
+
+def run_plan(op: str, topology: str, scale: float | None, pts: list[Point], reps: int, budget: float, check: bool,
+             out: Path, con: Console, rank_env: dict[str, str], requested: dict[str, Any],
+             extra_meta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run `pts` in order on the lab (brought up or reused), appending rows to `out`; points already
+    in `out` are skipped, so a sweep resumes. `extra_meta` (e.g. `bench ab`'s sides) goes into the
+    meta row and must match a resumed file's."""
+    names = LabNames.from_env()
+    extra_meta = json.loads(json.dumps(extra_meta or {}))
     done: dict[tuple, dict] = {}
     if out.exists():
         rows = read_rows(out)
@@ -419,14 +437,20 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
         # keys do not carry them, and a table's direct and split would differ
         # in more than the gateways.
         if meta and meta.get("rank_env_extra", {}) != rank_env:
-            raise GridsplitError(f"{out} holds a sweep run with --rank-env {_env_str(meta.get('rank_env_extra', {}))}, "
-                                 f"not {_env_str(rank_env)}; give another --out")
+            raise GridsplitError(f"{out} holds a sweep run with --rank-env {O.env_str(meta.get('rank_env_extra', {}))}, "
+                                 f"not {O.env_str(rank_env)}; give another --out")
+        for k, v in extra_meta.items():
+            if meta and meta.get(k) != v:
+                raise GridsplitError(f"{out} holds a run with other {k} settings ({json.dumps(meta.get(k))}); "
+                                     "give another --out")
         done = {row_key(r): r for r in rows if r.get("kind") == "point"}
     todo = [p for p in pts if p.key not in done]
     if done:
         con.print(f"[dim]·[/dim] resuming {out}: {len(pts) - len(todo)} of {len(pts)} points already measured")
     if not todo:
         return [done[p.key] for p in pts]
+    modes = {p.mode for p in pts}
+    nodes = {p.nodes for p in pts}
     state = ensure_lab(names, topology, None if ALL_NODES in nodes else max(nodes), scale, con)
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
@@ -451,12 +475,11 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
             f.write(json.dumps({
                 "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
                 "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
-                "machine": machine.facts(), "command": sys.argv, "requested": {
-                    "nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
-                    "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans, "wan_streams": streams, "split": splits,
-                    "check": check}, "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
+                "machine": machine.facts(), "command": sys.argv, "requested": requested,
+                "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
                 "rank_env_extra": rank_env,
                 "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
+                **extra_meta,
             }) + "\n")
             f.flush()
             rows = _run_all(state, trace, todo, reps, budget, check, f, con, rank_env, sirq)
@@ -474,6 +497,8 @@ def _n(nodes: int) -> str:
 
 
 def _short(p: Point) -> str:
+    if p.ab:
+        return p.ab
     return (p.strategy + ("" if p.lan in (None, True) else "-untuned") + (f"-{p.streams}s" if p.streams else "")
             + ("-all" if p.split == "all" else ""))
 
@@ -483,19 +508,21 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
              sirq: SoftirqClock | None = None) -> list[dict[str, Any]]:
     rows = []
     g = state.topo.gateways
-    variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams)
+    built = sysdeps.built("gridsplitd")
+    variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams, realize.gateway_binary(state.data))
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*cols, console=con, transient=False) as bar:
         task = bar.add_task("sweep", total=len(todo))
         for p in todo:
-            if p.mode == "split" and (p.strategy, p.congestion, p.lan, p.streams) != variant:
+            want = (p.strategy, p.congestion, p.lan, p.streams, p.gridsplitd or built)
+            if p.mode == "split" and want != variant:
                 bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control "
                                   f"{p.congestion}, LAN tuning {'on' if p.lan else 'off'}, WAN streams "
-                                  f"{p.streams or 'auto'}")
-                state = realize.restart_gateways(state, strategy=p.strategy, congestion=p.congestion,
-                                                 lan_tuning=p.lan, wan_streams=p.streams)
-                variant = (p.strategy, p.congestion, p.lan, p.streams)
+                                  f"{p.streams or 'auto'}{'' if want[4] == built else ', gridsplitd ' + want[4]}")
+                state = realize.restart_gateways(state, gridsplitd=p.gridsplitd, strategy=p.strategy,
+                                                 congestion=p.congestion, lan_tuning=p.lan, wan_streams=p.streams)
+                variant = want
             bar.update(task, description=f"{p.op} {p.impl} n={_n(p.nodes)} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
             try:
@@ -535,70 +562,6 @@ def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], re
 
 # -- CLI -------------------------------------------------------------------------------
 
-def _csv(kind):
-    def conv(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return [kind(v.strip()) for v in value.split(",") if v.strip()]
-        except (ValueError, GridsplitError) as e:
-            raise click.BadParameter(str(e)) from None
-    return conv
-
-
-def _count(v: str) -> int:
-    """A node count as the user typed it ("all": every node of every site takes
-    part); int()'s own message names Python, not the flag."""
-    if v == "all":
-        return ALL_NODES
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{v!r} is not a node count (give whole numbers of 1 or more, e.g. 4,12,20)")
-    return n
-
-
-def _streams(v: str) -> int:
-    """A --wan-streams entry: "auto" (0) or 1..16 connections per WAN link."""
-    if v == "auto":
-        return 0
-    if not v.isdigit() or not 1 <= int(v) <= 16:
-        raise ValueError(f"{v!r} is not auto or a number of connections 1..16")
-    return int(v)
-
-
-def _choice_list(allowed):
-    def check(v: str) -> str:
-        if v not in allowed:
-            raise ValueError(f"{v!r} is not one of {', '.join(allowed)}")
-        return v
-    return check
-
-
-# What the gateways' steering needs in a split rank's environment: a sweep may
-# not override it, or split mode would silently stop splitting.
-RESERVED_ENV = ("LD_PRELOAD", "GRIDSPLIT_")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _rank_env(ctx, param, values) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in values:
-        name, eq, value = item.partition("=")
-        if not eq or not ENV_NAME.fullmatch(name):
-            raise click.BadParameter(f"{item!r} is not NAME=VALUE (e.g. OMPI_MCA_btl_tcp_eager_limit=131072)")
-        if name.startswith(RESERVED_ENV):
-            raise click.BadParameter(f"{name} is set by split mode itself (gateway steering); choose another variable")
-        env[name] = value
-    return env
-
-
-def _env_str(env: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)"
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -610,38 +573,38 @@ def make_command(op: str) -> click.Command:
     @click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
                   help="Preset or topology file; the lab is brought up (or reused) for it.")
     @click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
-    @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=_csv(_count),
+    @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=O.csv(O.count),
                   help="Sender node counts (on the first site; the root is on the second), or all: every node of "
                        "every site of the topology takes part (the root is the second site's first node).")
-    @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=_csv(units.parse_size),
+    @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=O.csv(units.parse_size),
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
     @click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
                   help="Repetitions per run (Alter and Glück: 200 gathers).")
     @click.option("--budget", default=15.0, show_default=True, type=click.FloatRange(0),
                   help="Cap reps so a run's ideal duration stays under this many seconds (0: never cap). "
                        "The reps actually run are recorded.")
-    @click.option("--modes", default="direct,split", show_default=True, callback=_csv(_choice_list(MODES)))
-    @click.option("--impl", "impls", default="mpich,openmpi", show_default=True, callback=_csv(_choice_list(IMPLS)))
+    @click.option("--modes", default="direct,split", show_default=True, callback=O.csv(O.choice_list(MODES)))
+    @click.option("--impl", "impls", default="mpich,openmpi", show_default=True, callback=O.csv(O.choice_list(IMPLS)))
     @click.option("--repeat", "-k", default=1, show_default=True, type=click.IntRange(1, 100),
                   help="Repetitions of the whole sweep; the report takes medians and min-max over them.")
-    @click.option("--strategy", "strategies", default=None, callback=_csv(_choice_list(STRATEGIES)),
+    @click.option("--strategy", "strategies", default=None, callback=O.csv(O.choice_list(STRATEGIES)),
                   help=f"Gateway strategies to compare in split mode ({', '.join(STRATEGIES)}); default: the topology's.")
-    @click.option("--wan-cc", "ccs", default=None, callback=_csv(_choice_list(("cubic", "reno", "bbr"))),
+    @click.option("--wan-cc", "ccs", default=None, callback=O.csv(O.choice_list(("cubic", "reno", "bbr"))),
                   help="WAN congestion controls to compare in split mode; default: the topology's.")
-    @click.option("--lan-tuning", "lans", default=None, callback=_csv(_choice_list(("on", "off"))),
+    @click.option("--lan-tuning", "lans", default=None, callback=O.csv(O.choice_list(("on", "off"))),
                   help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port; "
                        "LAN timers too where the topology sets lan_rto_min_us) to compare in split mode: on, off "
                        "or on,off; default: the topology's (on).")
-    @click.option("--wan-streams", "streams", default=None, callback=_csv(_streams),
+    @click.option("--wan-streams", "streams", default=None, callback=O.csv(O.streams),
                   help="TCP connections per WAN link to compare in split mode: auto (the fewest that reach the "
                        "link's rate at its loss, Mathis) or 1..16, e.g. 1,auto; default: the topology's "
                        "([gateways] wan_streams).")
     @click.option("--split", "splits", default="policy", show_default=True,
-                  callback=_csv(_choice_list(("policy", "all"))),
+                  callback=O.csv(O.choice_list(("policy", "all"))),
                   help="Which cross-site connections split mode splits, to compare: policy (the topology's split "
                        "policy: pairs whose gateways cannot carry what their nodes reach directly stay direct), "
                        "all, or policy,all.")
-    @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=_rank_env,
+    @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=O.rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "
                        "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=1048576 (repeatable; recorded in "
                        "each row). A result file holds one such setting: give each its own --out.")

@@ -43,12 +43,14 @@ def lab() -> None:
 @click.option("--scale", type=float, default=None,
               help="Divide every rate (and rate-sized buffer) by this, keeping delays; overrides the topology's scale.")
 @click.option("--no-gateways", is_flag=True, help="Do not start gridsplitd on the gateway hosts.")
-def up(topology: str, nodes: int | None, scale: float | None, no_gateways: bool) -> None:
+@click.option("--keep-failed", is_flag=True,
+              help="If setting up fails, leave the half-built lab for inspection (then `gridsplit lab down`).")
+def up(topology: str, nodes: int | None, scale: float | None, no_gateways: bool, keep_failed: bool) -> None:
     """Build the lab: namespaces, switches, routers, WAN links, delay line, gateways."""
     con = _console()
     t0 = time.monotonic()
     state = realize.up(topology, nodes, _names(), progress=lambda m: con.print(f"[dim]·[/dim] {m}"),
-                       gateways=not no_gateways, scale=scale)
+                       gateways=not no_gateways, scale=scale, keep_failed=keep_failed)
     hosts = state.topo.hosts()
     if state.topo.scale != 1:
         con.print(f"[dim]·[/dim] rates are the topology's divided by {state.topo.scale:g} (delays kept): "

@@ -260,7 +260,7 @@ def _kill_gateway(state: realize.LabState, site: str, objs: list[dict], check_on
 def _restart_gateway(names: LabNames, data: dict[str, Any], site: str) -> None:
     if _gateway_pid_alive(names, site, data["pids"].get(f"gw-{site}")):
         return  # already running (restarted by a bench, for one)
-    pid = realize.spawn_gateway(names, sysdeps.built("gridsplitd"), site, data.get("gateway_rt_priority") or 0,
+    pid = realize.spawn_gateway(names, realize.gateway_binary(data), site, data.get("gateway_rt_priority") or 0,
                                 append=True)
     data["pids"][f"gw-{site}"] = pid
     deadline = time.monotonic() + 10

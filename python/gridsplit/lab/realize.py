@@ -158,12 +158,19 @@ def _gateway_overrides(data: dict) -> dict:
     return {k: v for k, v in (data.get("gateway_overrides") or {}).items() if k in known}
 
 
-def restart_gateways(state: LabState, **overrides: str | bool | int) -> LabState:
+def gateway_binary(data: dict) -> str:
+    """The gridsplitd the lab's gateways run: the one a benchmark restarted them with
+    (`bench ab` compares builds), else this checkout's."""
+    return data.get("gridsplitd") or sysdeps.built("gridsplitd")
+
+
+def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides: str | bool | int) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
     `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning, wan_streams). Benchmarks
     use this to compare strategies and WAN tuning on one unchanged lab, so the
-    network under test stays the same between variants.
+    network under test stays the same between variants. `gridsplitd` is the binary
+    to run (None: this checkout's build); the state records it.
     """
     sites = state.data.get("gateways") or []
     if not sites:
@@ -180,9 +187,10 @@ def restart_gateways(state: LabState, **overrides: str | bool | int) -> LabState
         merged = {**_gateway_overrides(state.data), **overrides}
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
         rt = gateway_rt_priority(topo)
-        new = _start_gateways(topo, names, sysdeps.built("gridsplitd"), sites, rt)
+        binary = gridsplitd or sysdeps.built("gridsplitd")
+        new = _start_gateways(topo, names, binary, sites, rt)
         data = {**current, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
-                "gateway_overrides": merged, "gateway_rt_priority": rt}
+                "gateway_overrides": merged, "gateway_rt_priority": rt, "gridsplitd": binary}
         names.state_file.write_text(json.dumps(data, indent=1))
     return LabState(names, topo, data)
 
@@ -214,7 +222,7 @@ def _lock(names: LabNames, wait: float = 0) -> Iterator[None]:
 
 
 def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
-       gateways: bool = True, scale: float | None = None) -> LabState:
+       gateways: bool = True, scale: float | None = None, keep_failed: bool = False) -> LabState:
     topo = load_topology(spec, nodes, scale)  # bad input first: it needs no privilege to report
     text = _topology_text(spec)
     sysdeps.need_root("gridsplit lab up")
@@ -248,15 +256,15 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
             data = {
                 "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes, "scale": scale,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
-                "gateways": gw_sites,
+                "gateways": gw_sites, "gridsplitd": gridsplitd,
                 "tbf_burst_ms": BURST_MS, "nic_peak": NIC_PEAK,
                 "gateway_rt_priority": rt, "idle": "poll" if poll else "halt", "topology": topo.to_dict(),
                 "namespaces": _all_ns(topo, names),
             }
             names.state_file.write_text(json.dumps(data, indent=1))
         except BaseException:
-            if os.environ.get("GRIDSPLIT_KEEP_FAILED"):
-                progress(f"setup failed; GRIDSPLIT_KEEP_FAILED is set, so the half-built lab stays for inspection ({names.state_dir})")
+            if keep_failed:
+                progress(f"setup failed; --keep-failed: the half-built lab stays for inspection ({names.state_dir})")
                 raise
             progress("setup failed; removing what was built")
             _teardown(names)
@@ -410,10 +418,10 @@ def gateway_rt_priority(topo: Topology) -> int:
 
 def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str], rt: int) -> dict[str, int]:
     """One gridsplitd per gateway host, sharing one fresh pre-shared key; `rt`: gateway_rt_priority(topo)."""
-    from ..gateway import gateway_toml, new_psk, sites_toml
+    from ..gateway import gateway_toml, new_psk, nodes_conf
     psk = names.state_dir / "psk"
     new_psk(psk)
-    (names.state_dir / "sites.toml").write_text(sites_toml(topo))
+    (names.state_dir / "nodes.conf").write_text(nodes_conf(topo))  # the ranks' GRIDSPLIT_CONFIG (mpi.split_env)
     pids = {}
     for site in sites:
         cfg = names.state_dir / f"gw-{site}.toml"

@@ -1,0 +1,77 @@
+"""Option parsers shared by the `gridsplit bench` commands: comma lists, node and
+stream counts, choices, and the ranks' extra environment (--rank-env)."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from ..errors import GridsplitError
+
+# `--nodes all`: every node of the lab runs a rank (all sites, not one sender site).
+ALL_NODES = 0
+
+
+def csv(kind):
+    def conv(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return [kind(v.strip()) for v in value.split(",") if v.strip()]
+        except (ValueError, GridsplitError) as e:
+            raise click.BadParameter(str(e)) from None
+    return conv
+
+
+def count(v: str) -> int:
+    """A node count as the user typed it ("all": every node of every site takes
+    part); int()'s own message names Python, not the flag."""
+    if v == "all":
+        return ALL_NODES
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{v!r} is not a node count (give whole numbers of 1 or more, e.g. 4,12,20)")
+    return n
+
+
+def streams(v: str) -> int:
+    """A --wan-streams entry: "auto" (0) or 1..16 connections per WAN link."""
+    if v == "auto":
+        return 0
+    if not v.isdigit() or not 1 <= int(v) <= 16:
+        raise ValueError(f"{v!r} is not auto or a number of connections 1..16")
+    return int(v)
+
+
+def choice_list(allowed):
+    def check(v: str) -> str:
+        if v not in allowed:
+            raise ValueError(f"{v!r} is not one of {', '.join(allowed)}")
+        return v
+    return check
+
+
+# What the gateways' steering needs in a split rank's environment: a sweep may
+# not override it, or split mode would silently stop splitting.
+RESERVED_ENV = ("LD_PRELOAD", "GRIDSPLIT_")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def rank_env(ctx, param, values) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in values:
+        name, eq, value = item.partition("=")
+        if not eq or not ENV_NAME.fullmatch(name):
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE (e.g. OMPI_MCA_btl_tcp_eager_limit=131072)")
+        if name.startswith(RESERVED_ENV):
+            raise click.BadParameter(f"{name} is set by split mode itself (gateway steering); choose another variable")
+        env[name] = value
+    return env
+
+
+def env_str(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)"
