@@ -1,8 +1,8 @@
 /*
- * gs_internal.h - declarations shared by the files of libgridsplit.so: the parsed
- * site configuration (config.c), the per-fd state table and the handles on the real
- * libc functions (gridsplit.c), used by the connecting side (gridsplit.c) and the
- * accepting side (accept.c). Nothing here is exported from the shared object: the
+ * gs_internal.h - declarations shared by the files of libgridsplit.so: the sites of
+ * the node file (addr.c, nodefile.c, sites.c), the per-fd state table and the
+ * handles on the real libc functions (gridsplit.c), used by the connecting side
+ * (gridsplit.c) and the accepting side (accept.c). Nothing here is exported from the shared object: the
  * library is built with -fvisibility=hidden and only the interposed libc symbols are
  * marked GS_EXPORT.
  */
@@ -24,10 +24,10 @@
 #define GS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* ---------------------------------------------------------------- config.c */
+/* ------------------------------------ addr.c, nodefile.c, sites.c: the sites */
 
 #define GS_MAX_SITES 256
-#define GS_SITE_NAME_MAX 64
+#define GS_SITE_NAME_MAX 65 /* 64 characters, as gridsplitd allows, and a NUL */
 
 /* An IP address in wire form: family GS_FAMILY_V4 (address in a[0..3]) or
  * GS_FAMILY_V6. IPv4-mapped IPv6 addresses are always normalised to V4 so that an
@@ -42,17 +42,16 @@ struct gs_prefix {
     int len;
 };
 
+/* One site line of the node file. */
 struct gs_site {
     char name[GS_SITE_NAME_MAX];
     struct gs_prefix subnet;
-    int has_gw;
     struct gs_addr gw; /* host part of gateway_lan */
     uint16_t gw_port;
-    int line; /* line of the [[site]] header, for messages */
-    /* direct_to: names of sites this site's connections to (and from) are left
-     * direct, not split (the split policy, docs/protocol.md section 5). */
+    int line; /* line in the node file, for messages */
+    /* direct_to: comma-separated names of sites this site's connections to (and
+     * from) are left direct, not split (the split policy, docs/protocol.md §5). */
     char direct_to[256];
-    int direct_line;
 };
 
 struct gs_config {
@@ -61,24 +60,31 @@ struct gs_config {
     struct gs_site site[GS_MAX_SITES];
 };
 
-/* Parse the documented TOML subset. On error returns -1 and writes a message that
- * starts with "line N: " into err. */
+/* nodefile.c. Parse a node file's text. On error returns -1 and writes one line
+ * into err, "line N: " first when a line is at fault, ending with the fix. */
 int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *err,
                     size_t errlen);
-/* Choose the own site: by name when site_name is non-NULL, else from the host's
- * interface addresses. Returns -1 with a message on failure. */
-int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
-                        size_t errlen);
 /* Read path, parse it, pick the own site. */
 int gs_config_load(const char *path, const char *site_name, struct gs_config *cfg,
                    char *err, size_t errlen);
+
+/* sites.c. Choose the own site: by name when site_name is non-NULL, else from the
+ * host's interface addresses. Returns -1 with a message on failure. */
+int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
+                        size_t errlen);
 /* Index of the site a connection to dst must be redirected to, or -1 when the
- * connection is left alone (own site, loopback, unknown network). */
+ * connection is left alone (own site, loopback, unknown network, direct pair). */
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
 /* Non-zero when a is the host part of the own site's gateway_lan. */
 int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *a);
 
+/* addr.c */
 int gs_prefix_contains(const struct gs_prefix *p, const struct gs_addr *a);
+int gs_addr_equal(const struct gs_addr *x, const struct gs_addr *y);
+/* "10.1.0.0/24", "fd00::/64" (host bits cleared); -1 if not exactly that form. */
+int gs_parse_cidr(const char *s, struct gs_prefix *out);
+/* "10.1.0.254:7100", "[fd00::1]:7100" (port 1-65535); -1 if not exactly that form. */
+int gs_parse_hostport(const char *s, struct gs_addr *a, uint16_t *port);
 /* sockaddr -> gs_addr (+port in host order). Returns -1 if not AF_INET/AF_INET6 or
  * too short. */
 int gs_sockaddr_to_addr(const struct sockaddr *sa, socklen_t len, struct gs_addr *out,

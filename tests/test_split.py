@@ -26,7 +26,7 @@ def gw_status(site: str) -> dict:
 
 
 def in_ns(host: str, *args: str, preload: bool = False, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    env = ["env", f"LD_PRELOAD={LIB}", f"GRIDSPLIT_CONFIG={state_dir() / 'sites.toml'}"] if preload else []
+    env = ["env", f"LD_PRELOAD={LIB}", f"GRIDSPLIT_CONFIG={state_dir() / 'nodes.conf'}"] if preload else []
     return subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", *env, *args], text=True,
                           capture_output=True, timeout=timeout, **kw)
 
@@ -54,7 +54,7 @@ def test_mpi_through_gateways(lab, impl, prog, args):
 
 def test_iperf3_through_gateways(lab):
     srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-west-1", "env", f"LD_PRELOAD={LIB}",
-                            f"GRIDSPLIT_CONFIG={state_dir() / 'sites.toml'}", "iperf3", "-s", "-1", "-p", "5999"],
+                            f"GRIDSPLIT_CONFIG={state_dir() / 'nodes.conf'}", "iperf3", "-s", "-1", "-p", "5999"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         before = gw_status("east")["counters"]["relayed_bytes_out"]
@@ -76,7 +76,7 @@ def test_accept_reports_the_original_peer(lab):
               "s.bind(('10.71.2.1',6001));s.listen();c,a=s.accept();print(a[0],c.getpeername()[0]);"
               "print(c.recv(100).decode())")
     srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-west-1", "env", f"LD_PRELOAD={LIB}",
-                            f"GRIDSPLIT_CONFIG={state_dir() / 'sites.toml'}", "python3", "-c", server],
+                            f"GRIDSPLIT_CONFIG={state_dir() / 'nodes.conf'}", "python3", "-c", server],
                            stdout=subprocess.PIPE, text=True)
     client = ("import socket,time\nfor i in range(50):\n try:\n  c=socket.create_connection(('10.71.2.1',6001));break\n"
               " except OSError: time.sleep(0.1)\nc.sendall(b'hello');c.close()")
@@ -256,7 +256,7 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     """A pair is split when both gateways carry their site's cross-site traffic at the nodes' direct rate,
     counted twice (one NIC, two legs); otherwise its sites list each other in direct_to, with the reason;
     `split = "all"` splits everything; and gridsplitd accepts the file."""
-    from gridsplit.gateway import gateway_load_mbps, gateway_toml, sites_toml, split_pairs
+    from gridsplit.gateway import gateway_load_mbps, gateway_toml, nodes_conf, sites_toml, split_pairs
     from gridsplit.topology import parse_topology
     three = ('[defaults]\nnic_mbps = 100\ngateway = true\n'
              '[[site]]\nname = "a"\nnodes = 3\n[[site]]\nname = "b"\nnodes = 2\n[[site]]\nname = "c"\nnodes = 1\n'
@@ -274,6 +274,11 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     text = sites_toml(gw4)
     assert 'direct_to = "b c"' in text and text.count("direct_to") == 1  # one side of a pair lists it
     assert "direct_to" not in sites_toml(gw4, policy=False)
+    nodes = nodes_conf(gw4)  # the nodes get the same policy
+    site_lines = [l for l in nodes.splitlines() if l.startswith("site ")]
+    assert site_lines == ["site a 10.71.1.0/24 10.71.1.254:7100 direct_to=b,c", "site b 10.71.2.0/24 10.71.2.254:7100",
+                          "site c 10.71.3.0/24 10.71.3.254:7100"], nodes
+    assert "direct_to=b" not in nodes_conf(gw4, policy=False)
     gw6 = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 600")), "t")
     assert all(s for s, _ in split_pairs(gw6).values()) and "direct_to" not in sites_toml(gw6)
     forced = parse_topology(tomllib.loads(three + '[gateways]\nsplit = "all"\n'), "t")
@@ -293,3 +298,48 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode != 0 and "direct_to" in chk.stderr and "'bee'" in chk.stderr, chk.stderr
+
+
+def _library_says(cfg: Path, site: str) -> str:
+    """What libgridsplit.so logs on its first connect with `cfg` as GRIDSPLIT_CONFIG (debug on)."""
+    if not LIB.exists():
+        pytest.skip("libgridsplit.so is not built (make -C preload)")
+    code = "import socket; s = socket.socket(); s.settimeout(1); s.connect_ex(('127.0.0.1', 9))"
+    cp = subprocess.run(["python3", "-c", code], text=True, capture_output=True, timeout=30,
+                        env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(LIB), "GRIDSPLIT_CONFIG": str(cfg),
+                             "GRIDSPLIT_SITE": site, "GRIDSPLIT_DEBUG": "1"})
+    return cp.stderr
+
+
+def test_nodes_read_the_node_file_and_refuse_the_gateway_toml(tmp_path):
+    """`gateway nodes-config` writes a file the node library reads (own site, gateway); the gateway's TOML
+    config given instead is refused in one line that names the file, the line and the fix."""
+    nodes = tmp_path / "nodes.conf"
+    nodes.write_text(gridsplit("gateway", "nodes-config", "--topology", "paper").stdout)
+    said = _library_says(nodes, "sophia")
+    assert 'own site "sophia", gateway 10.71.2.254:7100, 2 site table(s)' in said, said
+    toml = tmp_path / "gw.toml"
+    toml.write_text(gridsplit("gateway", "config", "--topology", "paper", "--site", "sophia").stdout)
+    said = _library_says(toml, "sophia")
+    assert len(said.strip().splitlines()) == 1, said
+    assert f"GRIDSPLIT_CONFIG={toml}: line 2: this is a TOML file" in said and "gateway nodes-config" in said, said
+    assert "NOT redirected" in said
+
+
+def test_run_refuses_what_is_not_a_node_file(tmp_path):
+    """`gridsplit run --config` takes the node file; a gateway TOML config, another file or an empty one is
+    refused in one line with the fix, before anything is launched."""
+    toml = tmp_path / "gw.toml"
+    toml.write_text(gridsplit("gateway", "config", "--topology", "mini", "--site", "east").stdout)
+    other, empty = tmp_path / "hosts", tmp_path / "empty"
+    other.write_text("node-1\nnode-2\n")
+    empty.write_text("# nothing\n")
+    for path, want in ((toml, "line 2: a TOML file"), (other, "line 1: not a node file"), (empty, "no 'gridsplit-nodes 1'")):
+        cp = gridsplit("run", "--config", str(path), "--", "true", check=False)
+        err = cp.stderr.strip()
+        assert cp.returncode != 0 and len(err.splitlines()) == 1, err
+        assert want in err and "gridsplit gateway nodes-config" in err and "Traceback" not in err, err
+    nodes = tmp_path / "nodes.conf"
+    nodes.write_text(gridsplit("gateway", "nodes-config", "--topology", "mini").stdout)
+    cp = gridsplit("run", "--config", str(nodes), "--", "sh", "-c", "echo $GRIDSPLIT_CONFIG", check=False)
+    assert cp.returncode == 0 and cp.stdout.strip() == str(nodes), (cp.stdout, cp.stderr)

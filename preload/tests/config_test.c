@@ -1,13 +1,15 @@
 /*
- * config_test.c - unit tests of config.c (the TOML-subset parser, own-site choice
- * and destination classification), linked directly against config.c so no
+ * config_test.c - unit tests of the node file reader (nodefile.c), own-site choice
+ * and destination classification (sites.c), linked directly against them so no
  * LD_PRELOAD is involved. Error messages are checked verbatim where users will
  * read them, line numbers included.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gs_internal.h"
 
@@ -59,43 +61,15 @@ static void expect_error(const char *text, const char *want)
 }
 
 static const char full[] =
-    "# header comment\n"
-    "[gateway]\n"
-    "site = \"a\"\n"
-    "note = \"not a [[site]] header # nor a comment\"\n"
-    "peers = [\n"
-    "  [\"b\", \"10.71.2.254:7200\"],  # nested\n"
-    "  [ \"c\", 'x]' ],\n"
-    "]\n"
-    "motd = \"\"\"\n"
-    "[[site]]\n"
-    "name = \"evil\" \\\"\"\"\n"
-    "\"\"\"\n"
-    "raw = '''\n"
-    "[[site]]'''\n"
-    "[limits]\n"
-    "buffers = { lan = 262144, wan = 4194304 }\n"
-    "[[site]]\n"
-    "name = \"bordeaux\"\n"
-    "subnet = \"10.71.1.0/24\"\n"
-    "gateway_lan = \"10.71.1.254:7100\"   # where nodes send connect requests\n"
-    "gateway_wan = \"10.71.1.254:7200\"\n"
-    "nodes = [1, 2,\n"
-    "   3]\n"
+    "# gridsplit node file\n"
     "\n"
-    "[[site]]\n"
-    "  name = 'lyon'\n"
-    "  subnet = \"10.71.2.7/24\"\n" /* host bits: cleared */
-    "  gateway_lan = \"[fd00::2]:7100\"\n"
-    "[[site.extra]]\n"
-    "name = \"not a site\"\n"
-    "[site]\n"
-    "name = \"not a site either\"\n"
-    "[[site]]\n"
-    "name = \"w\\u0069de\"\n"
-    "subnet = \"0.0.0.0/0\"\n"
-    "[[link]]\n"
-    "sites = [\"bordeaux\", \"lyon\"]\n";
+    "gridsplit-nodes 1\n"
+    "# site NAME SUBNET GATEWAY_LAN [direct_to=SITE,...]\n"
+    "site bordeaux 10.71.1.0/24 10.71.1.254:7100\n"
+    "   # an indented comment, and a blank line with blanks:\n"
+    " \t \n"
+    "\tsite  lyon\t10.71.2.7/24   [fd00::2]:7100\r\n" /* host bits: cleared; CRLF */
+    "site wide 0.0.0.0/0 10.99.0.254:7100\n";
 
 static void test_full(void)
 {
@@ -106,11 +80,10 @@ static void test_full(void)
     CHECK(strcmp(cfg.site[0].name, "bordeaux") == 0, "%s", cfg.site[0].name);
     CHECK(strcmp(cfg.site[1].name, "lyon") == 0, "%s", cfg.site[1].name);
     CHECK(strcmp(cfg.site[2].name, "wide") == 0, "%s", cfg.site[2].name);
-    CHECK(cfg.site[0].has_gw && cfg.site[0].gw_port == 7100, "gw port %u", cfg.site[0].gw_port);
+    CHECK(cfg.site[0].gw_port == 7100, "gw port %u", cfg.site[0].gw_port);
     CHECK(cfg.site[1].subnet.len == 24 && cfg.site[1].subnet.net.a[3] == 0, "lyon subnet");
     CHECK(cfg.site[1].gw.family == GS_FAMILY_V6 && cfg.site[1].gw.a[15] == 2, "v6 gateway");
-    CHECK(!cfg.site[2].has_gw, "wide has no gateway");
-    CHECK(cfg.site[0].line == 17, "bordeaux header line %d", cfg.site[0].line);
+    CHECK(cfg.site[0].line == 5 && cfg.site[1].line == 8, "lines %d %d", cfg.site[0].line, cfg.site[1].line);
 
     CHECK(gs_config_pick_site(&cfg, "bordeaux", err, sizeof err) == 0, "%s", err);
     CHECK(cfg.own == 0, "own %d", cfg.own);
@@ -127,17 +100,25 @@ static void test_full(void)
     CHECK(!gs_config_is_own_gateway(&cfg, &h), "other gateway is not ours");
 
     CHECK(gs_config_pick_site(&cfg, "nowhere", err, sizeof err) == -1 &&
-              strcmp(err, "GRIDSPLIT_SITE=nowhere names no [[site]]") == 0,
+              strcmp(err, "GRIDSPLIT_SITE=nowhere names no site of the node file") == 0,
           "%s", err);
-    CHECK(gs_config_pick_site(&cfg, "wide", err, sizeof err) == -1 &&
-              strcmp(err, "line 33: own site \"wide\" has no gateway_lan") == 0,
+}
+
+/* Several lines may share a site name, one per gateway: all are the own site's. */
+static void test_site_with_two_gateways(void)
+{
+    CHECK(parse("gridsplit-nodes 1\nsite a 10.1.0.0/16 10.1.0.254:7100\nsite b 10.2.0.0/16 10.2.0.254:7100\n"
+                "site a 10.1.0.0/16 10.1.0.253:7100\n") == 0,
           "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    struct gs_addr g1 = ip("10.1.0.254"), g2 = ip("10.1.0.253"), g3 = ip("10.2.0.254");
+    CHECK(gs_config_is_own_gateway(&cfg, &g1) && gs_config_is_own_gateway(&cfg, &g2), "both gateways of a");
+    CHECK(!gs_config_is_own_gateway(&cfg, &g3), "b's gateway is not a's");
 }
 
 static void test_loopback_sites(void)
 {
-    CHECK(parse("[[site]]\nname=\"a\"\nsubnet=\"127.0.1.0/24\"\ngateway_lan=\"127.0.1.254:1\"\n"
-                "[[site]]\nname=\"b\"\nsubnet=\"127.0.2.0/24\"\n") == 0,
+    CHECK(parse("gridsplit-nodes 1\nsite a 127.0.1.0/24 127.0.1.254:1\nsite b 127.0.2.0/24 127.0.2.254:1\n") == 0,
           "%s", err);
     CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
     CHECK(classify("127.0.2.5") == 1, "a loopback site is redirected");
@@ -145,50 +126,110 @@ static void test_loopback_sites(void)
     CHECK(classify("127.0.1.9") == -1, "own loopback site");
 }
 
+#define FIX "give GRIDSPLIT_CONFIG the node file written by `gridsplit gateway nodes-config`"
+#define USAGE "site NAME SUBNET GATEWAY_LAN [direct_to=SITE,...]"
+#define H "gridsplit-nodes 1\n"
+
 static void test_errors(void)
 {
-    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0/24\"\n",
-                 "line 3: subnet \"10.1.0/24\" is not a CIDR prefix");
-    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0.0/33\"\n",
-                 "line 3: subnet \"10.1.0.0/33\" is not a CIDR prefix");
-    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0.0\"\n",
-                 "line 3: subnet \"10.1.0.0\" is not a CIDR prefix");
-    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0.0/24\"\ngateway_lan = \"10.1.0.254\"\n",
-                 "line 4: gateway_lan \"10.1.0.254\" is not ADDRESS:PORT");
-    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0.0/24\"\ngateway_lan = \"fd00::1:7100\"\n",
-                 "line 4: gateway_lan \"fd00::1:7100\" is not ADDRESS:PORT");
-    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0.0/24\"\ngateway_lan = \"10.1.0.1:0\"\n",
-                 "line 4: gateway_lan \"10.1.0.1:0\" is not ADDRESS:PORT");
-    expect_error("[x]\ny = 1\n\n[[site]]\nsubnet = \"10.1.0.0/24\"\n[[site]]\nname=\"b\"\n",
-                 "line 4: [[site]] table has no name");
-    expect_error("[[site]]\nname = \"a\"\n", "line 1: [[site]] \"a\" has no subnet");
-    expect_error("[[site]]\nname = \"a\"\nname = \"b\"\n",
-                 "line 3: duplicate key \"name\" in [[site]] table");
-    expect_error("[[site]]\nname = \"a\nsubnet = \"10.1.0.0/24\"\n", "line 2: unterminated string");
-    expect_error("[[site]]\nname = \"a\"\nsubnet 10.1.0.0/24\n",
-                 "line 3: expected 'key = value' in [[site]] table");
-    expect_error("[[site]]\nname = \"a\"\nsubnet = 10.1.0.0/24\n", "line 3: subnet must be a string");
-    expect_error("[[site]]\nname = \"a\" extra\n", "line 2: unexpected text after value");
-    expect_error("[[site]]\nname =\n", "line 2: missing value for key \"name\"");
-    expect_error("[[site]]\nname = \"a\\q\"\n", "line 2: invalid escape \\q in string");
-    expect_error("[wan]\npeers = [\n  \"a\",\n", "line 2: unterminated array or inline table");
-    expect_error("[wan]\nx = \"\"\"\nabc\n", "line 2: unterminated multi-line string");
-    expect_error("[[site]\nname = \"a\"\n", "line 1: malformed table header");
-    expect_error("[gateway]\nsite = \"a\"\n", "no [[site]] table");
-    expect_error("", "no [[site]] table");
-    /* Lines outside [[site]] tables that are not key = value are not ours to judge. */
-    CHECK(parse("[gateway]\nthis is not toml\n[[site]]\nname=\"a\"\nsubnet=\"10.0.0.0/8\"\n") == 0,
-          "lenient outside [[site]]: %s", err);
+    /* The file gridsplitd reads: refused with the fix, whatever comes first. */
+    expect_error("# gridsplitd config for site a\n[gateway]\nsite = \"a\"\n",
+                 "line 2: this is a TOML file (a gateway's config?), not a node file; " FIX);
+    expect_error("[[site]]\nname = \"a\"\nsubnet = \"10.1.0.0/24\"\n",
+                 "line 1: this is a TOML file (a gateway's config?), not a node file; " FIX);
+    expect_error("title = \"x\"\n", "line 1: this is a TOML file (a gateway's config?), not a node file; " FIX);
+    expect_error("gridsplit-nodes 2\nsite a 10.1.0.0/24 10.1.0.254:7100\n",
+                 "line 1: node file version 2; this libgridsplit.so reads version 1: rebuild the library, or "
+                 "regenerate the file with the gridsplit it comes with");
+    expect_error("site a 10.1.0.0/24 10.1.0.254:7100\n",
+                 "line 1: expected the header \"gridsplit-nodes 1\"; " FIX);
+    expect_error("", "no \"gridsplit-nodes 1\" header (empty file?); " FIX);
+    expect_error("# only a comment\n\n", "no \"gridsplit-nodes 1\" header (empty file?); " FIX);
+    expect_error(H, "no site line; " FIX);
+    expect_error(H "[[site]]\n", "line 2: unknown entry \"[[site]]\"; expected: " USAGE);
+    expect_error(H "gridsplit-nodes 1\n", "line 2: unknown entry \"gridsplit-nodes\"; expected: " USAGE);
+
+    /* Site lines. */
+    expect_error(H "site a 10.1.0/24 10.1.0.254:7100\n", "line 2: subnet \"10.1.0/24\" is not a CIDR prefix");
+    expect_error(H "site a 10.1.0.0/33 10.1.0.254:7100\n", "line 2: subnet \"10.1.0.0/33\" is not a CIDR prefix");
+    expect_error(H "site a 10.1.0.0 10.1.0.254:7100\n", "line 2: subnet \"10.1.0.0\" is not a CIDR prefix");
+    expect_error(H "site a 10.1.0.0/24 10.1.0.254\n", "line 2: gateway_lan \"10.1.0.254\" is not ADDRESS:PORT");
+    expect_error(H "site a 10.1.0.0/24 fd00::1:7100\n", "line 2: gateway_lan \"fd00::1:7100\" is not ADDRESS:PORT");
+    expect_error(H "site a 10.1.0.0/24 10.1.0.1:0\n", "line 2: gateway_lan \"10.1.0.1:0\" is not ADDRESS:PORT");
+    expect_error(H "site a 10.1.0.0/24 gw.example:7100\n",
+                 "line 2: gateway_lan \"gw.example:7100\" is not ADDRESS:PORT");
+    expect_error(H "site a 10.1.0.0/24\n", "line 2: a site line needs a name, a subnet and a gateway: " USAGE);
+    expect_error(H "site\n", "line 2: a site line needs a name, a subnet and a gateway: " USAGE);
+    expect_error(H "site \"a\" 10.1.0.0/24 10.1.0.254:7100\n",
+                 "line 2: site name \"\"a\"\" is not 1-64 characters of [A-Za-z0-9_-]");
+    expect_error(H "site a,b 10.1.0.0/24 10.1.0.254:7100\n",
+                 "line 2: site name \"a,b\" is not 1-64 characters of [A-Za-z0-9_-]");
+    expect_error(H "site a 10.1.0.0/24 10.1.0.254:7100 extra\n",
+                 "line 2: unexpected \"extra\" after the gateway: " USAGE);
+    expect_error(H "site a 10.1.0.0/24 10.1.0.254:7100 direct_to=a more\n",
+                 "line 2: unexpected \"more\" after direct_to: " USAGE);
+    expect_error(H "site a 10.1.0.0/24 10.1.0.254:7100 # trailing comment\n",
+                 "line 2: unexpected \"#\" after the gateway: " USAGE);
+    expect_error(H "site a 10.1.0.0/24 10.1.0.254:7100 direct_to=\n",
+                 "line 2: direct_to= names no site (leave it out instead)");
+    expect_error(H "name = \"a\"\n", "line 2: unknown entry \"name\"; expected: " USAGE);
+
+    /* Bounds: a 64-character name is fine, 65 is not; a line of 512 bytes is too long, a comment is not. */
+    char text[2048];
+    snprintf(text, sizeof text, H "site %s 10.1.0.0/24 10.1.0.254:7100\n", "a123456789b123456789c123456789d123456789e123456789f123456789wxyz");
+    CHECK(parse(text) == 0, "64-character name: %s", err);
+    snprintf(text, sizeof text, H "site %s 10.1.0.0/24 10.1.0.254:7100\n", "a123456789b123456789c123456789d123456789e123456789f123456789vwxyz");
+    CHECK(parse(text) == -1 && strstr(err, "line 2: site name \"a123") && strstr(err, "is not 1-64 characters"),
+          "65-character name: %s", err);
+    memset(text, 0, sizeof text);
+    strcpy(text, H "#");
+    memset(text + strlen(text), 'x', 1000);
+    strcat(text, "\nsite a 10.1.0.0/24 10.1.0.254:7100\n");
+    CHECK(parse(text) == 0, "long comment: %s", err);
+    memset(text, 0, sizeof text);
+    strcpy(text, H "site a 10.1.0.0/24 10.1.0.254:7100 direct_to=a");
+    memset(text + strlen(text), ',', 512 - strlen(text) + strlen(H));
+    strcat(text, "\n");
+    expect_error(text, "line 2: longer than 511 bytes");
+    char *many = malloc((GS_MAX_SITES + 2) * 48);
+    strcpy(many, H);
+    for (int i = 0; i <= GS_MAX_SITES; i++)
+        sprintf(many + strlen(many), "site s%d 10.%d.%d.0/24 10.%d.%d.254:7100\n", i, i / 200, i % 200, i / 200, i % 200);
+    expect_error(many, "line 258: more than 256 site lines");
+    free(many);
+}
+
+static void test_load(void)
+{
+    char path[] = "/tmp/gridsplit-config-test.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0)
+        return;
+    static const char text[] = "gridsplit-nodes 1\nsite a 10.1.0.0/24 10.1.0.254:7100\0site b\n";
+    CHECK(write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1), "write");
+    close(fd);
+    CHECK(gs_config_load(path, "a", &cfg, err, sizeof err) == -1 && strcmp(err, "file contains a NUL byte") == 0,
+          "%s", err);
+    FILE *f = fopen(path, "w");
+    fputs("gridsplit-nodes 1\nsite a 10.1.0.0/24 10.1.0.254:7100\n", f);
+    fclose(f);
+    CHECK(gs_config_load(path, "a", &cfg, err, sizeof err) == 0 && cfg.own == 0, "%s", err);
+    CHECK(gs_config_load(path, "b", &cfg, err, sizeof err) == -1 &&
+              strcmp(err, "GRIDSPLIT_SITE=b names no site of the node file") == 0,
+          "%s", err);
+    unlink(path);
+    CHECK(gs_config_load(path, "a", &cfg, err, sizeof err) == -1 && strcmp(err, "No such file or directory") == 0,
+          "%s", err);
 }
 
 /* The split policy: a pair listed in either site's direct_to stays direct, from
  * both ends; other pairs are still split; an unknown name is an error. */
 static void test_direct_to(void)
 {
-    const char *three = "[[site]]\nname=\"a\"\nsubnet=\"10.1.0.0/16\"\ngateway_lan=\"10.1.0.254:1\"\n"
-                        "direct_to = \"b\"\n"
-                        "[[site]]\nname=\"b\"\nsubnet=\"10.2.0.0/16\"\ngateway_lan=\"10.2.0.254:1\"\n"
-                        "[[site]]\nname=\"c\"\nsubnet=\"10.3.0.0/16\"\ngateway_lan=\"10.3.0.254:1\"\n";
+    const char *three = H "site a 10.1.0.0/16 10.1.0.254:1 direct_to=b\n"
+                          "site b 10.2.0.0/16 10.2.0.254:1\n"
+                          "site c 10.3.0.0/16 10.3.0.254:1\n";
     CHECK(parse(three) == 0, "%s", err);
     CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
     CHECK(classify("10.2.0.5") == -1, "a -> b is direct");
@@ -197,23 +238,29 @@ static void test_direct_to(void)
     CHECK(gs_config_pick_site(&cfg, "b", err, sizeof err) == 0, "%s", err);
     CHECK(classify("10.1.0.5") == -1, "b -> a is direct too (listed on a's side)");
     CHECK(classify("10.3.0.5") == 2, "b -> c is split");
-    CHECK(parse("[[site]]\nname=\"a\"\nsubnet=\"10.1.0.0/16\"\ngateway_lan=\"10.1.0.254:1\"\n"
-                "direct_to = \"c, b\"\n"
-                "[[site]]\nname=\"b\"\nsubnet=\"10.2.0.0/16\"\n"
-                "[[site]]\nname=\"c\"\nsubnet=\"10.3.0.0/16\"\n") == 0, "%s", err);
+    CHECK(parse(H "site a 10.1.0.0/16 10.1.0.254:1 direct_to=c,b\n"
+                  "site b 10.2.0.0/16 10.2.0.254:1\n"
+                  "site c 10.3.0.0/16 10.3.0.254:1\n") == 0, "%s", err);
     CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
     CHECK(classify("10.2.0.5") == -1 && classify("10.3.0.5") == -1, "a list of two");
-    expect_error("[[site]]\nname=\"a\"\nsubnet=\"10.1.0.0/16\"\ndirect_to = \"bb\"\n"
-                 "[[site]]\nname=\"b\"\nsubnet=\"10.2.0.0/16\"\n",
-                 "line 4: direct_to names \"bb\", which is no [[site]] of this file");
+    CHECK(parse(H "site a 10.1.0.0/16 10.1.0.254:1 direct_to=bb\nsite bb 10.2.0.0/16 10.2.0.254:1\n"
+                  "site b 10.3.0.0/16 10.3.0.254:1\n") == 0, "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    CHECK(classify("10.2.0.5") == -1 && classify("10.3.0.5") == 2, "bb is not b");
+    expect_error(H "site a 10.1.0.0/16 10.1.0.254:1 direct_to=bb\nsite b 10.2.0.0/16 10.2.0.254:1\n",
+                 "line 2: direct_to names \"bb\", which is no site of this file");
+    expect_error(H "site a 10.1.0.0/16 10.1.0.254:1 direct_to=b,,x\nsite b 10.2.0.0/16 10.2.0.254:1\n",
+                 "line 2: direct_to names \"x\", which is no site of this file");
 }
 
 int main(void)
 {
     test_full();
+    test_site_with_two_gateways();
     test_direct_to();
     test_loopback_sites();
     test_errors();
+    test_load();
     printf("config_test: %d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
 }

@@ -1046,34 +1046,44 @@ static void write_file(const char *path, const char *text)
 static void test_bad_config(void)
 {
     int conns = gw_count("CONN ");
-    char bad[512], cfg_env[600], auto_cfg[512], auto_env[600];
-    snprintf(bad, sizeof bad, "%s/bad.toml", test_dir);
-    write_file(bad, "# a broken site table\n"
-                    "[gateway]\n"
-                    "listen = \"x\"\n"
+    char bad[512], cfg_env[600], toml[512], toml_env[600], auto_cfg[512], auto_env[600];
+    snprintf(bad, sizeof bad, "%s/bad.conf", test_dir);
+    write_file(bad, "# a broken site line\n"
+                    "gridsplit-nodes 1\n"
                     "\n"
-                    "[[site]]\n"
-                    "name = \"a\"\n"
-                    "gateway_lan = \"127.0.1.254:7100\"\n"
-                    "\n"
-                    "subnet = \"10.1.0/24\"\n");
+                    "site a 10.1.0/24 127.0.1.254:7100\n");
     snprintf(cfg_env, sizeof cfg_env, "GRIDSPLIT_CONFIG=%s", bad);
+    /* The gateway's TOML config given to the nodes by mistake. */
+    snprintf(toml, sizeof toml, "%s/gridsplit.toml", test_dir);
+    write_file(toml, "# gridsplitd config for site a\n"
+                     "[gateway]\n"
+                     "site = \"a\"\n"
+                     "\n"
+                     "[[site]]\n"
+                     "name = \"a\"\n"
+                     "subnet = \"127.0.1.0/24\"\n"
+                     "gateway_lan = \"127.0.1.254:7100\"\n");
+    snprintf(toml_env, sizeof toml_env, "GRIDSPLIT_CONFIG=%s", toml);
     const char *unset_cfg[] = {"GRIDSPLIT_CONFIG", NULL};
     run_probe("unset", unset_cfg, NULL, "GRIDSPLIT_CONFIG is not set; connections are NOT redirected");
-    const char *missing[] = {"GRIDSPLIT_CONFIG=/nonexistent/gs.toml", NULL};
-    run_probe("missing", NULL, missing, "/nonexistent/gs.toml: No such file or directory");
+    const char *missing[] = {"GRIDSPLIT_CONFIG=/nonexistent/nodes.conf", NULL};
+    run_probe("missing", NULL, missing, "/nonexistent/nodes.conf: No such file or directory");
     const char *badenv[] = {cfg_env, NULL};
     run_probe("bad", NULL, badenv,
-              "line 9: subnet \"10.1.0/24\" is not a CIDR prefix; connections are NOT redirected");
+              "line 4: subnet \"10.1.0/24\" is not a CIDR prefix; connections are NOT redirected");
+    const char *tomlenv[] = {toml_env, NULL};
+    run_probe("toml", NULL, tomlenv,
+              "gridsplit.toml: line 2: this is a TOML file (a gateway's config?), not a node file; give "
+              "GRIDSPLIT_CONFIG the node file written by `gridsplit gateway nodes-config`; connections are NOT "
+              "redirected");
     const char *site[] = {"GRIDSPLIT_SITE=nosuch", NULL};
-    run_probe("site", NULL, site, "GRIDSPLIT_SITE=nosuch names no [[site]]");
+    run_probe("site", NULL, site, "GRIDSPLIT_SITE=nosuch names no site of the node file");
 
     /* Own site from the interface addresses: 127.0.0.1 (on lo) lies in "home". */
-    snprintf(auto_cfg, sizeof auto_cfg, "%s/auto.toml", test_dir);
-    write_file(auto_cfg, "[[site]]\nname = \"home\"\nsubnet = \"127.0.0.0/24\"\n"
-                         "gateway_lan = \"127.0.0.1:9\"\n\n"
-                         "[[site]]\nname = \"far\"\nsubnet = \"127.0.2.0/24\"\n"
-                         "gateway_lan = \"127.0.2.254:9\"\n");
+    snprintf(auto_cfg, sizeof auto_cfg, "%s/auto.conf", test_dir);
+    write_file(auto_cfg, "gridsplit-nodes 1\n"
+                         "site home 127.0.0.0/24 127.0.0.1:9\n"
+                         "site far 127.0.2.0/24 127.0.2.254:9\n");
     snprintf(auto_env, sizeof auto_env, "GRIDSPLIT_CONFIG=%s", auto_cfg);
     const char *unset_site[] = {"GRIDSPLIT_SITE", NULL};
     const char *autox[] = {auto_env, "GRIDSPLIT_DEBUG=1", NULL};

@@ -64,6 +64,7 @@ from rich.table import Table
 
 from gridsplit import machine, sysdeps
 from gridsplit.errors import GridsplitError
+from gridsplit.gateway.nodes import NodeSite, nodes_file
 from gridsplit.procs import Processes, wait_gateway_link
 from gridsplit.topology import STRATEGIES
 
@@ -163,6 +164,14 @@ gateway_wan = "{GW_B}:{GS_WAN}"
 """
     path = d / f"gridsplitd-{site}.toml"
     path.write_text(text)
+    return path
+
+
+def nodes_config(d: Path) -> Path:
+    """The node file of the preloaded client and server (GRIDSPLIT_SITE picks each one's site)."""
+    path = d / "nodes.conf"
+    path.write_text(nodes_file([NodeSite("alpha", "127.0.1.0/24", f"{GW_A}:{GS_LAN}"),
+                                NodeSite("beta", "127.0.2.0/24", f"{GW_B}:{GS_LAN}")], source="gridsplit.bench.relay"))
     return path
 
 
@@ -505,10 +514,11 @@ def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cf
               preload: bool, splice: bool, floor: bool, threads: int | None) -> list[Chain]:
     """Starts the servers and the relays of every chain; returns the chains, warmed up."""
     b = str(bench)
+    nodes = nodes_config(tmp) if preload else None
     procs.start("server-direct", [b, "server", SERVER_IP, str(SERVER_PORT["direct"])])
     if preload:
         procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"])],
-                    {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_b), "GRIDSPLIT_SITE": "beta"})
+                    {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(nodes), "GRIDSPLIT_SITE": "beta"})
     else:
         procs.start("server-gridsplitd", [b, "server", SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--gso1"])
     procs.start("server-haproxy", [b, "server", SERVER_IP, str(SERVER_PORT["haproxy"])])
@@ -539,7 +549,7 @@ def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cf
 
     dst_gs = [SERVER_IP, str(SERVER_PORT["gridsplitd"]), "--bind", CLIENT_IP]
     if preload:
-        gs_chain = Chain("gridsplitd", dst_gs, {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(cfg_a),
+        gs_chain = Chain("gridsplitd", dst_gs, {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(nodes),
                                                 "GRIDSPLIT_SITE": "alpha"}, ["gridsplitd-a", "gridsplitd-b"])
     else:
         gs_chain = Chain("gridsplitd", [GW_A, str(GS_LAN), "--bind", CLIENT_IP, "--gsq1"],

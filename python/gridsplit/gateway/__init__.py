@@ -1,9 +1,9 @@
 """Gateway configuration from a topology, and reading a running gateway's status.
 
 The topology is the single source of sites, subnets and WAN figures; this module
-turns it into the TOML that gridsplitd and libgridsplit.so both read
-(docs/protocol.md §5), for the lab or for a real deployment, and renders the
-JSON a gateway serves on its admin endpoint.
+turns it into the TOML config gridsplitd reads and the node file libgridsplit.so
+reads (docs/protocol.md §5), for the lab or for a real deployment, and renders
+the JSON a gateway serves on its admin endpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import GridsplitError
 from ..tcpbound import mathis_mbps
 from ..topology import Topology
+from .nodes import NodeSite, nodes_file
 
 ADMIN = "127.0.0.1:7300"
 # A switched LAN's base round-trip time, for the LAN bandwidth-delay product in
@@ -183,27 +184,45 @@ def split_pairs(topo: Topology) -> dict[tuple[str, str], tuple[bool, str]]:
     return out
 
 
+def _site_rows(topo: Topology, policy: bool) -> tuple[list[str], list[tuple[Any, list[tuple[str, str]]]]]:
+    """The sites with gateways, each with the sites it stays direct with (and why),
+    and a comment line per split pair: what sites_toml and nodes_conf both say."""
+    pairs = split_pairs(topo) if policy else {}
+    rows = [(s, [(b, why) for (a, b), (split, why) in pairs.items() if a == s.name and not split])
+            for s in topo.sites if s.gateway]
+    notes = [f"# {a}-{b}: {why}" for (a, b), (split, why) in pairs.items() if split]
+    return notes, rows
+
+
 def sites_toml(topo: Topology, policy: bool = True) -> str:
-    """The [[site]] tables: what nodes need to know (their library reads only these).
+    """The gateway config's [[site]] tables.
 
     With `policy`, each site lists in `direct_to` the sites its connections
     with stay direct (split_pairs); without, every cross-site connection is
-    split. (`--split=all` overrides the list at run time: GRIDSPLIT_SPLIT=all.)"""
+    split. The nodes get the same list from nodes_conf."""
     g = topo.gateways
-    pairs = split_pairs(topo) if policy else {}
+    notes, rows = _site_rows(topo, policy)
     out = []
-    for s in topo.sites:
-        if not s.gateway:
-            continue
-        mine = [(b, why) for (a, b), (split, why) in pairs.items() if a == s.name and not split]
+    for s, mine in rows:
         text = (f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
                 f'gateway_lan = "{s.gateway_ip}:{g.lan_port}"\ngateway_wan = "{s.gateway_ip}:{g.wan_port}"\n')
         if mine:
             text += "".join(f"# {s.name}-{b}: {why}\n" for b, why in mine)
             text += f'direct_to = "{" ".join(b for b, _ in mine)}"\n'
         out.append(text)
-    notes = [f"# {a}-{b}: {why}" for (a, b), (split, why) in pairs.items() if split]
     return "\n".join(notes + [""] if notes else []) + "\n".join(out)
+
+
+def nodes_conf(topo: Topology, policy: bool = True) -> str:
+    """The node file: the sites libgridsplit.so steers connections between
+    (GRIDSPLIT_CONFIG; docs/protocol.md §5), with the split policy's direct_to
+    lists and reasons as in sites_toml. (`--split=all` overrides the lists at
+    run time: GRIDSPLIT_SPLIT=all.)"""
+    g = topo.gateways
+    notes, rows = _site_rows(topo, policy)
+    return nodes_file([NodeSite(s.name, str(s.subnet), f"{s.gateway_ip}:{g.lan_port}", [b for b, _ in mine],
+                                [f"{s.name}-{b}: {why}" for b, why in mine]) for s, mine in rows],
+                      [n[2:] for n in notes], f"`gridsplit gateway nodes-config` from topology {topo.name!r} ({topo.source})")
 
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,

@@ -1,9 +1,10 @@
 """`gridsplit gateway ...` and `gridsplit run`: operating gateways and nodes.
 
 `gateway config` writes a site's gridsplitd config from a topology (lab or real
-deployment), `gateway status` renders a gateway's /status JSON, and `run`
-prepares an MPI launch on a real cluster so that the ranks, and only the ranks,
-load libgridsplit.so.
+deployment), `gateway nodes-config` the node file every node's libgridsplit.so
+reads, `gateway status` renders a gateway's /status JSON, and `run` prepares an
+MPI launch on a real cluster so that the ranks, and only the ranks, load
+libgridsplit.so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..lab.realize import gateway_status, load_state
 from ..netcheck.measure import load_report
 from ..netcheck.tuning import gateway_links
 from ..topology import load_topology
-from . import ADMIN, fetch_status, gateway_toml
+from . import ADMIN, fetch_status, gateway_toml, nodes_conf
+from .nodes import check_nodes_file
 
 
 @click.group()
@@ -40,7 +42,7 @@ def gateway() -> None:
 @click.option("--from-netcheck", "netcheck_file", metavar="FILE",
               help="Take each WAN link's socket buffer, pacing rate, RTT and CC from a netcheck JSON report.")
 def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: str | None) -> None:
-    """Print the gridsplitd config of SITE's gateway (also the nodes' GRIDSPLIT_CONFIG)."""
+    """Print the gridsplitd config of SITE's gateway (nodes read `gateway nodes-config`'s file instead)."""
     topo = load_topology(topology)
     measured = None
     if netcheck_file:
@@ -50,6 +52,14 @@ def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: s
             raise GridsplitError(f"{netcheck_file}: no measured pair involves site {site!r}; "
                                  f"run `gridsplit netcheck` on pairs with {site} first")
     click.echo(gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or ""), nl=False)
+
+
+@gateway.command("nodes-config")
+@click.option("--topology", "-t", required=True, metavar="NAME|FILE")
+def nodes_config(topology: str) -> None:
+    """Print the node file: every site's subnet and gateway, and the split policy, for libgridsplit.so
+    (GRIDSPLIT_CONFIG; `gridsplit run --config`). The same file serves every node of every site."""
+    click.echo(nodes_conf(load_topology(topology)), nl=False)
 
 
 @gateway.command()
@@ -149,7 +159,7 @@ def _launcher_kind(argv0: str) -> str | None:
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The site's gridsplit config (as written by `gridsplit gateway config`).")
+              help="The node file (as written by `gridsplit gateway nodes-config`).")
 @click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
 @click.option("--split", "split", default="policy", show_default=True, type=click.Choice(["policy", "all"]),
               help="policy: the config's split policy (site pairs listed in a direct_to stay direct); all: split "
@@ -162,13 +172,14 @@ def run(config_path: str, lib: str | None, split: str, cmd: tuple[str, ...]) -> 
     For MPICH's and Open MPI's launchers the library is passed to the ranks
     only (-genv / -x), so the launcher's own ssh connections are left alone;
     any other command gets it in its environment.
-      gridsplit run --config /etc/gridsplit/gridsplit.toml -- mpiexec -f hosts -n 64 ./app
+      gridsplit run --config /etc/gridsplit/nodes.conf -- mpiexec -f hosts -n 64 ./app
     """
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
     if not argv:
         raise GridsplitError("no command given; usage: gridsplit run --config FILE -- mpiexec ...")
     libpath = os.path.abspath(lib or sysdeps.built("libgridsplit.so"))
     cfg = os.path.abspath(config_path)
+    check_nodes_file(cfg)
     kind = _launcher_kind(argv[0])
     env = dict(os.environ)
     if kind == "mpich":

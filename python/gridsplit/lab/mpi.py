@@ -63,7 +63,7 @@ def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
     env = {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
-           "GRIDSPLIT_CONFIG": str(state.names.state_dir / "sites.toml")}
+           "GRIDSPLIT_CONFIG": str(state.names.state_dir / "nodes.conf")}  # the node file (realize._start_gateways)
     if force_all:
         env["GRIDSPLIT_SPLIT"] = "all"  # the library ignores the config's direct_to (preload/README.md)
     if state.topo.gateways.lan_rto_min_us:
