@@ -146,19 +146,19 @@ static void load_config_once(void)
     } else {
         config_ok = 1;
         /* GRIDSPLIT_SPLIT=all: split every cross-site connection, whatever the
-         * config's split policy (direct_to) says; set by `--split=all`. */
+         * node file's split policy (direct_to) says; set by `--split=all`. */
         const char *mode = getenv("GRIDSPLIT_SPLIT");
         if (mode && strcmp(mode, "all") == 0) {
             for (int i = 0; i < config.nsites; i++)
                 config.site[i].direct_to[0] = 0;
         } else if (mode && *mode && strcmp(mode, "policy") != 0) {
-            gs_log("GRIDSPLIT_SPLIT=%s is neither \"all\" nor \"policy\"; following the config's policy", mode);
+            gs_log("GRIDSPLIT_SPLIT=%s is neither \"all\" nor \"policy\"; following the node file's policy", mode);
         }
         if (gs_debug) {
             const struct gs_site *own = &config.site[config.own];
             char gw[64];
             gs_addr_format(&own->gw, own->gw_port, gw, sizeof gw);
-            gs_log("own site \"%s\", gateway %s, %d site table(s)", own->name, gw,
+            gs_log("own site \"%s\", gateway %s, %d site line(s) in the node file", own->name, gw,
                    config.nsites);
         }
     }

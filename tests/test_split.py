@@ -317,7 +317,7 @@ def test_nodes_read_the_node_file_and_refuse_the_gateway_toml(tmp_path):
     nodes = tmp_path / "nodes.conf"
     nodes.write_text(gridsplit("gateway", "nodes-config", "--topology", "paper").stdout)
     said = _library_says(nodes, "sophia")
-    assert 'own site "sophia", gateway 10.71.2.254:7100, 2 site table(s)' in said, said
+    assert 'own site "sophia", gateway 10.71.2.254:7100, 2 site line(s) in the node file' in said, said
     toml = tmp_path / "gw.toml"
     toml.write_text(gridsplit("gateway", "config", "--topology", "paper", "--site", "sophia").stdout)
     said = _library_says(toml, "sophia")
