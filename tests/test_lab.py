@@ -49,7 +49,49 @@ def test_bad_lab_setting_is_one_line(tmp_path):
     assert "lab.idle: must be one of poll, halt, got 'sometimes'" in cp.stderr, cp.stderr
 
 
-def test_second_up_is_refused(lab):
+def test_bad_scale_is_one_line():
+    for bad in ("0", "-3", "fast"):
+        cp = gridsplit("lab", "up", "--topology", "mini", "--scale", bad, check=False)
+        assert cp.returncode == 2 and "is not a positive number or auto" in cp.stderr and "Traceback" not in cp.stderr
+
+
+def test_auto_scale_probes_the_schedule_and_says_the_scale(tmp_path):
+    """`lab up --scale auto` measures one full-rate WAN flow against the delay line's schedule and
+    says which scale it keeps; a bench reuses that lab rather than rebuilding it at the topology's scale."""
+    needs_root()
+    env = {**os.environ, "GRIDSPLIT_LAB_PREFIX": "gstau"}
+    run = lambda *a, **kw: subprocess.run([sys.executable, "-m", "gridsplit", *a], text=True, capture_output=True,
+                                          env=env, timeout=300, **kw)
+    try:
+        cp = run("lab", "up", "--topology", "mini", "--scale", "auto")
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        assert "probing the schedule at rate scale 1" in cp.stdout
+        kept = re.search(r"rate scale (\S+): this machine holds it", cp.stdout)
+        failed = "does not hold here" in cp.stdout
+        assert kept or failed, cp.stdout
+        state = json.loads(run("lab", "status", "--json").stdout)
+        assert state["scale_auto"] is True, state
+        cp = run("bench", "gather", "-t", "mini", "-n", "1", "-s", "1K", "-r", "3", "--impl", "openmpi",
+                 "--modes", "direct", "--no-report", "--out", str(tmp_path / "g.jsonl"))
+        assert cp.returncode == 0 and "reusing the running lab" in cp.stdout, cp.stdout + cp.stderr
+    finally:
+        run("lab", "down")
+
+
+def test_a_missed_bound_is_explained_with_its_cause_and_what_to_do():
+    """A check that missed a bound prints what missed, why it likely did, and what to do: never a bare FAILED."""
+    from gridsplit.lab.check import diagnose
+    report = {"scale": 10, "rtt": [{"pair": "a-b", "ok": True}],
+              "throughput": [{"src": "a-1", "dst": "b-1", "fraction": 0.93, "ok": False}],
+              "buffer": [{"site": "a", "ok": True}],
+              "emulator": {"ok": False, "late_fraction": 0.025, "steal_ms": 340.0, "cpu_percent": 91.0}}
+    what, todo = diagnose(report, cores=2)
+    assert "throughput a-1 → b-1 (93.0%)" in what and "delay line 2.5% of frames late" in what
+    assert "340 ms" in what and "steal" in what and "91 % of its core" in what
+    assert "--scale 20" in todo and "--scale auto" in todo
+
+
+
     cp = gridsplit("lab", "up", "--topology", "mini", check=False)
     assert cp.returncode == 2
     assert "already up" in cp.stderr and "lab down" in cp.stderr and "Traceback" not in cp.stderr

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import statistics
 import sys
@@ -37,7 +36,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .. import machine, sysdeps
 from ..errors import GridsplitError
 from ..topology import STRATEGIES, Host, Topology, load_topology
-from ..lab import counters as C
 from ..lab import queues, realize
 from ..lab.softirq import SoftirqClock
 from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
@@ -47,13 +45,12 @@ from ..lab.tcptrace import Trace
 from . import options as O
 from . import units
 from .options import ALL_NODES
+from . import measure
+from .measure import Probe, attribute, tracers  # noqa: F401 (attribute: tests import it from here)
 from .report import build_report
 from .results import GOODPUT, SCHEMA, read_rows, render_summary, row_key, summarize
 
 MODES = ("direct", "split")
-# Counters attributed to local/distant in every row (Alter and Glück Tables 1-2 and neighbours).
-ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
-              "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
 
 
 @dataclass(frozen=True)
@@ -169,46 +166,7 @@ def effective_reps(requested: int, budget_s: float, bound: float, min_reps: int 
     return max(min(min_reps, requested), int(budget_s / bound))
 
 
-# -- attribution -----------------------------------------------------------------
-
-def attribute(topo: Topology, mode: str, deltas: dict[str, dict[str, int]], hosts: dict[str, Host],
-              traced_by_source: dict[str, dict[str, int]] | None) -> dict[str, dict[str, int]]:
-    """Split each host's counter deltas into local and distant.
-
-    A host's share is the fraction of its traced retransmitted segments that
-    went on local connections. Hosts with no traced retransmission (or without
-    tracing) fall back to their role: in direct mode a node's data connections
-    cross the WAN, in split mode they end at its gateway; a gateway's data
-    connections are its WAN links.
-    """
-    out = {"local": {k: 0.0 for k in ATTRIBUTED}, "distant": {k: 0.0 for k in ATTRIBUTED}}
-    for name, d in deltas.items():
-        h = hosts[name]
-        t = (traced_by_source or {}).get(str(h.ip), {})
-        loc, dist = t.get("local", 0), t.get("distant", 0)
-        if loc + dist:
-            share = loc / (loc + dist)
-        elif h.role == "gateway":
-            share = 0.0
-        else:
-            share = 1.0 if mode == "split" else 0.0
-        for k in ATTRIBUTED:
-            v = d.get(k, 0)
-            out["local"][k] += v * share
-            out["distant"][k] += v * (1 - share)
-    return {cls: {k: int(round(v)) for k, v in c.items()} for cls, c in out.items()}
-
-
 # -- CPU -------------------------------------------------------------------------
-
-def proc_cpu_s(pid: int) -> float:
-    """utime+stime of a process (all its threads), in seconds."""
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return math.nan
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, float],
                 gw_softirq: dict[str, float] | None = None) -> dict[str, Any]:
@@ -230,19 +188,9 @@ def cpu_summary(rank_cpu: list[dict[str, Any]], root: Host, gw_cpu: dict[str, fl
         # The daemon's CPU from the job's start to its result, over the measurement
         # window: the window is where the traffic is, so this overstates by the
         # job's start-up (connections open lazily, in the window), never understates.
-        "gateways": {site: _gw_cpu(s, None if gw_softirq is None else gw_softirq.get(site, 0.0), window)
+        "gateways": {site: measure.gw_cpu(s, None if gw_softirq is None else gw_softirq.get(site, 0.0), window)
                      for site, s in gw_cpu.items()},
     }
-
-
-def _gw_cpu(cpu_s: float, softirq_s: float | None, window: float) -> dict[str, Any]:
-    def pct(v: float) -> float | None:
-        return round(100 * v / window, 2) if window > 0 else None
-
-    out = {"cpu_s": round(cpu_s, 4), "pct": pct(cpu_s)}
-    if softirq_s is not None:
-        out |= {"softirq_s": round(softirq_s, 4), "softirq_pct": pct(softirq_s)}
-    return out
 
 
 # -- running one point -------------------------------------------------------------
@@ -267,37 +215,17 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         prog.append("--check")
     split = split_env(state, force_all=p.split == "all") if p.mode == "split" else {}
     env = {**(rank_env or {}), **split}  # over mpirun's RANK_ENV
-    gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
     # Gateways carry traffic in split mode only; their softirq is traced then.
     sirq = sirq if p.mode == "split" else None
 
     for attempt in (1, 2):
-        before = C.snapshot_many([state.ns(h) for h in watched.values()])
-        q_before = queues.snapshot(state, new_window=True)
-        gw_before = {s: proc_cpu_s(pid) for s, pid in gw_pids.items()}
-        if trace:
-            trace.clear()
-        if sirq:
-            sirq.watch(gw_pids.values())
-        # The gateways' CPU and softirq stop counting when the result is out:
-        # MPICH's exit can hang for the grace period with its connections
-        # open, and the daemon's upkeep then (the incast tick) is not the
-        # measurement's. Counters and traces run to the end: losses are.
-        gw_after: dict[str, float] = {}
-
-        def at_result():
-            gw_after.update((s, proc_cpu_s(pid)) for s, pid in gw_pids.items())
-            if sirq:
-                sirq.stop()
-
+        probe = Probe(state, watched, trace, sirq)
+        probe.start()
         t0 = time.monotonic()
         cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True,
-                    expect_lines=1, on_result=at_result)
+                    expect_lines=1, on_result=probe.at_result)
         wall = time.monotonic() - t0
-        after = C.snapshot_many([state.ns(h) for h in watched.values()])
-        q_after = queues.snapshot(state)
-        tr = trace.collect() if trace else None
-        softirq, softirq_lost = sirq.collect() if sirq else ({}, 0)
+        probe.stop()
         lines = [json.loads(l) for l in (cp.stdout or "").splitlines() if l.startswith("{")]
         res = next((l for l in lines if l.get("op") and "total_s" in l), None)
         if res is not None and (cp.returncode in (0, TIMED_OUT)):
@@ -307,12 +235,9 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         if attempt == 2:
             raise MpiJobFailed(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: MPI job failed twice "
                                  f"({why}): {' | '.join(tail) or 'no output'}")
-    deltas = {name: C.delta(before[state.ns(h)], after[state.ns(h)]) for name, h in watched.items()}
     if res.get("verified") is False:
         raise GridsplitError(f"{p.op} {p.impl} {p.mode} nodes={p.nodes} size={p.size}: received data failed "
                              "verification (--check); the run is not recorded")
-    traced = tr.by_class(topo) if tr else None
-    counted = sum(d.get("RetransSegs", 0) for d in deltas.values())
     return {
         "kind": "point", "schema": SCHEMA, "op": p.op, "mode": p.mode,
         "variant": p.variant, "rank_env": rank_env or {},
@@ -322,22 +247,9 @@ def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_reque
         "per_rep_s": {k: res[f"{k}_s"] for k in ("min", "median", "mean", "max")},
         "verified": res.get("verified"),
         "bound_per_rep_s": bound, "efficiency": _efficiency(bound * res["reps"], measured_period(p.op, res)),
-        "counters": {
-            **attribute(topo, p.mode, deltas, watched, tr.by_source(topo) if tr else None),
-            "traced": traced, "attribution": "trace" if tr else "role",
-            "traced_retrans_segs": sum(c.get("retrans_segs", 0) for c in traced.values()) if traced else None,
-            "counted_retrans_segs": counted,
-            "trace_overrun": tr.overrun if tr else None,
-            "by_host": {name: {k: v for k, v in d.items() if k in C.HEADLINE} for name, d in deltas.items()},
-        },
-        "drops": queues.delta(q_before, q_after), "frames": queues.traffic(q_before, q_after),
-        "emulator": queues.emulator(q_before, q_after),
-        # Softirq time is left out (not zero) when its trace lost events.
-        "cpu": {**cpu_summary(res.get("cpu", []), root, {s: gw_after[s] - gw_before[s] for s in gw_before}
-                              if p.mode == "split" else {},
-                              {s: softirq.get(pid, 0.0) for s, pid in gw_pids.items()}
-                              if sirq and not softirq_lost else None),
-                **({"softirq_trace_lost": softirq_lost} if softirq_lost else {})},
+        "counters": probe.counters(p.mode), **probe.network(),
+        "cpu": {**cpu_summary(res.get("cpu", []), root, probe.gw_cpu_s() if p.mode == "split" else {},
+                              probe.gw_softirq_s()), **probe.softirq_note()},
         "timing": res.get("timing"), "run_wall_s": round(wall, 3), "attempts": attempt,
         "finalize_hang": cp.returncode == TIMED_OUT,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -364,7 +276,9 @@ def ensure_lab(names: LabNames, topology: str, nodes: int | None, scale: float |
         state = None
     if state is not None:
         a = state.topo.sites[0]
-        if (state.data.get("topology_spec") == topology and a.nodes >= nodes and state.topo.scale == want.scale
+        # A lab brought up with `--scale auto` keeps the scale this machine could hold.
+        same_scale = state.topo.scale == want.scale or (scale is None and state.data.get("scale_auto"))
+        if (state.data.get("topology_spec") == topology and a.nodes >= nodes and same_scale
                 and state.data.get("gateways")):
             con.print(f"[dim]·[/dim] reusing the running lab {state.topo.name!r} ({a.nodes} nodes on {a.name})")
             return state
@@ -454,40 +368,19 @@ def run_plan(op: str, topology: str, scale: float | None, pts: list[Point], reps
     state = ensure_lab(names, topology, None if ALL_NODES in nodes else max(nodes), scale, con)
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
-    why_not = Trace.available()
-    trace = sirq = None
-    if why_not:
-        con.print(f"[yellow]note:[/yellow] {why_not}")
-    else:
-        trace = Trace(f"{names.prefix}-bench")
-        trace.start()
-    if "split" in modes:
-        why_not = SoftirqClock.available()
-        if why_not:
-            con.print(f"[yellow]note:[/yellow] {why_not}")
-        else:
-            sirq = SoftirqClock(f"{names.prefix}-bench-softirq")
-            sirq.start()
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    try:
-        with out.open("a") as f:
-            f.write(json.dumps({
-                "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
-                "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
-                "machine": machine.facts(), "command": sys.argv, "requested": requested,
-                "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
-                "rank_env_extra": rank_env,
-                "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
-                **extra_meta,
-            }) + "\n")
-            f.flush()
-            rows = _run_all(state, trace, todo, reps, budget, check, f, con, rank_env, sirq)
-    finally:
-        if trace:
-            trace.close()
-        if sirq:
-            sirq.close()
+    with tracers(names, "split" in modes, con) as (trace, sirq), out.open("a") as f:
+        f.write(json.dumps({
+            "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
+            "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
+            "machine": machine.facts(), "command": sys.argv, "requested": requested,
+            "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
+            "rank_env_extra": rank_env,
+            "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
+            **extra_meta,
+        }) + "\n")
+        f.flush()
+        rows = _run_all(state, trace, todo, reps, budget, check, f, con, rank_env, sirq)
     done.update((row_key(r), r) for r in rows)
     return [done[p.key] for p in pts if p.key in done]
 

@@ -82,13 +82,13 @@ def check_rtt(state: LabState, count: int = 30) -> list[dict[str, Any]]:
         return list(pool.map(one, pairs))
 
 
-def check_throughput(state: LabState, pairs: int, seconds: float) -> list[dict[str, Any]]:
+def check_throughput(state: LabState, pairs: int, seconds: float, lan: bool = True) -> list[dict[str, Any]]:
     topo = state.topo
     all_pairs = sorted(itertools.combinations([s.name for s in topo.sites], 2), key=lambda p: -topo.rtt_ms(*p))
     rows = []
     chosen = [(a, b) for a, b in all_pairs][:max(pairs, 0)]
     # Also one pair inside a site: the LAN path must deliver the NIC rate.
-    for site in topo.sites:
+    for site in topo.sites if lan else []:
         hs = [h for h in topo.hosts() if h.site == site.name]
         if len(hs) >= 2:
             chosen.append((hs[0].name, hs[1].name))
@@ -221,10 +221,61 @@ def run_check(state: LabState, pairs: int = 3, seconds: float = 6.0,
     buf = check_buffer(state)
     emu = emulator_watch_end(state, watch)
     ok = all(r["ok"] for r in rtt + thr + buf) and emu["ok"]
-    return {"ok": ok, "topology": state.topo.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    return {"ok": ok, "topology": state.topo.name, "scale": state.topo.scale, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "bounds": {"rtt": f"max({RTT_REL:.0%}, {RTT_ABS_MS} ms)", "throughput": f">= {THROUGHPUT_MIN:.0%} of bottleneck (wire rate)",
                        "buffer": f"±{BUFFER_TOL:.0%} of B/R", "late_fraction": LATE_FRACTION_MAX},
             "rtt": rtt, "throughput": thr, "buffer": buf, "emulator": emu}
+
+
+def probe_schedule(state: LabState, seconds: float = 3.0) -> dict[str, Any]:
+    """Can this machine hold the lab's schedule at its rate scale? One full-rate TCP flow
+    over the longest WAN path while the delay line is watched: the heaviest steady load
+    one flow puts on the delay line, the core every cross-site measurement goes through.
+    `lab up --scale auto` doubles the scale until this holds."""
+    watch = emulator_watch_begin(state)
+    thr = check_throughput(state, 1, seconds, lan=False)
+    emu = emulator_watch_end(state, watch)
+    ok = emu["ok"] and all(r["ok"] for r in thr)
+    return {"ok": ok, "scale": state.topo.scale, "throughput": thr, "emulator": emu,
+            "why": None if ok else _missed(thr, emu)}
+
+
+def _missed(thr: list[dict[str, Any]], emu: dict[str, Any]) -> str:
+    parts = [f"the delay line released {emu['late_fraction']:.1%} of frames late (bound {LATE_FRACTION_MAX:.0%})"
+             ] if not emu["ok"] else []
+    parts += [f"one flow {r['src']} → {r['dst']} reached {r['fraction']:.0%} of {r['bottleneck_mbps']:g} Mb/s "
+              f"(bound {THROUGHPUT_MIN:.0%})" if "fraction" in r else f"{r['src']} → {r['dst']}: {r.get('why')}"
+              for r in thr if not r["ok"]]
+    return "; ".join(parts)
+
+
+def diagnose(report: dict[str, Any], cores: int | None = None) -> tuple[str, str]:
+    """For a check that missed a bound: what missed, the likely cause on this machine
+    (hypervisor steal, load, too few cores for the delay line), and what to do."""
+    missed = [f"RTT {r['pair']}" for r in report["rtt"] if not r["ok"]]
+    missed += [f"throughput {r['src']} → {r['dst']} ({r['fraction']:.1%})" if "fraction" in r
+               else f"throughput {r['src']} → {r['dst']}" for r in report["throughput"] if not r["ok"]]
+    missed += [f"buffer {r['site']}" for r in report["buffer"] if not r["ok"]]
+    e = report["emulator"]
+    if not e["ok"]:
+        missed.append(f"delay line {e['late_fraction']:.1%} of frames late")
+    cores = cores or os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    causes = []
+    if e.get("steal_ms", 0) > 50:
+        causes.append(f"the hypervisor took {e['steal_ms']:.0f} ms of CPU from this VM during the check (steal)")
+    if load > cores:
+        causes.append(f"the load average ({load:.1f}) exceeds this machine's {cores} cores")
+    if e.get("cpu_percent") and e["cpu_percent"] > 80:
+        causes.append(f"the delay line used {e['cpu_percent']:.0f} % of its core")
+    if cores < 2:
+        causes.append("one core cannot run the delay line beside the hosts")
+    what = (f"the lab missed {len(missed)} bound(s): {', '.join(missed)}. "
+            f"Likely cause: {'; '.join(causes) if causes else 'transient load on this machine'}.")
+    todo = (f"What to do: stop other load and rerun `gridsplit lab check`, or rebuild at a lower rate "
+            f"(`gridsplit lab up --scale {max(report.get('scale') or 1, 1) * 2:g}` or `--scale auto`). Results "
+            "measured meanwhile record the delay line's lateness per run.")
+    return what, todo
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -284,12 +335,15 @@ def render(report: dict[str, Any], con) -> None:
         con.print(f"[yellow]note: one or more frames were held {e['worst_late_us'] / 1000:.1f} ms: a stall of this VM "
                   f"(hypervisor steal during the check: {e['steal_ms']:.0f} ms); a measurement taken across it may "
                   f"carry that delay[/yellow]")
-    if e.get("why"):
-        con.print(f"[bold red]{e['why']}[/bold red]")
     if "summary" in report:
         t = Table("figure (over all runs)", "median", "min", "max", "n", title=f"{report['repeat']} runs, {report['passed_runs']} passed")
         for k, v in report["summary"].items():
             if v:
                 t.add_row(k, f"{v['median']:.4g}", f"{v['min']:.4g}", f"{v['max']:.4g}", str(v["n"]))
         con.print(t)
-    con.print("[bold green]lab check passed[/bold green]" if report["ok"] else "[bold red]lab check FAILED[/bold red]")
+    if report["ok"]:
+        con.print("[bold green]lab check passed[/bold green]")
+    else:
+        what, todo = diagnose(report)
+        con.print(f"[bold yellow]lab check:[/bold yellow] {what}")
+        con.print(todo)

@@ -35,22 +35,75 @@ def lab() -> None:
     """
 
 
+AUTO = "auto"
+AUTO_DOUBLINGS = 3
+
+
+def _scale(ctx, param, value):
+    if value is None or value == AUTO:
+        return value
+    try:
+        f = float(value)
+    except ValueError:
+        f = 0.0
+    if not f > 0:
+        raise click.BadParameter(f"{value!r} is not a positive number or auto (e.g. 10: every rate / 10)")
+    return f
+
+
+def _up_auto_scale(topology: str, nodes: int | None, gateways: bool, keep_failed: bool, say) -> realize.LabState:
+    """`lab up --scale auto`: the topology's scale, doubled while this machine cannot hold
+    its schedule (check.probe_schedule), then the lab stays up at the first that holds."""
+    from ..topology import load_topology
+    from .check import probe_schedule
+    scale = load_topology(topology, nodes).scale
+    attempt = 0
+    while True:
+        state = realize.up(topology, nodes, _names(), progress=say, gateways=gateways, scale=scale,
+                           keep_failed=keep_failed, scale_auto=True)
+        if not state.topo.wans:
+            return state
+        say(f"probing the schedule at rate scale {scale:g}: one full-rate flow across the WAN")
+        probe = probe_schedule(state)
+        if probe["ok"]:
+            say(f"rate scale {scale:g}: this machine holds it (delay line {probe['emulator']['late_fraction']:.2%} "
+                f"late, CPU {probe['emulator']['cpu_percent']}%)")
+            return state
+        if attempt == AUTO_DOUBLINGS:  # the last scale stays, said plainly
+            from .check import diagnose
+            what, todo = diagnose({"rtt": [], "throughput": probe["throughput"], "buffer": [],
+                                   "emulator": probe["emulator"], "scale": scale})
+            say(f"[yellow]no rate scale up to {scale:g} holds on this machine now: {what}[/yellow] {todo} "
+                "The lab stays up at this scale.")
+            return state
+        say(f"rate scale {scale:g} does not hold here ({probe['why']}); trying {scale * 2:g}")
+        realize.down(state.names)
+        scale *= 2
+        attempt += 1
+
+
 @lab.command()
 @click.option("--topology", "-t", default="mini", show_default=True, metavar="NAME|FILE",
               help="A preset (paper, g5k9, mini) or a topology TOML file.")
 @click.option("--nodes", "-n", type=click.IntRange(1, 250), default=None,
               help="Node count of the topology's variable sites (paper: bordeaux senders).")
-@click.option("--scale", type=float, default=None,
-              help="Divide every rate (and rate-sized buffer) by this, keeping delays; overrides the topology's scale.")
+@click.option("--scale", default=None, callback=_scale, metavar="FACTOR|auto",
+              help="Divide every rate (and rate-sized buffer) by this, keeping delays; overrides the topology's "
+                   "scale. auto: start at the topology's scale and double it until one full-rate flow across the "
+                   "WAN keeps the delay line on schedule on this machine (at most 3 doublings); the scale is printed.")
 @click.option("--no-gateways", is_flag=True, help="Do not start gridsplitd on the gateway hosts.")
 @click.option("--keep-failed", is_flag=True,
               help="If setting up fails, leave the half-built lab for inspection (then `gridsplit lab down`).")
-def up(topology: str, nodes: int | None, scale: float | None, no_gateways: bool, keep_failed: bool) -> None:
+def up(topology: str, nodes: int | None, scale: float | str | None, no_gateways: bool, keep_failed: bool) -> None:
     """Build the lab: namespaces, switches, routers, WAN links, delay line, gateways."""
     con = _console()
     t0 = time.monotonic()
-    state = realize.up(topology, nodes, _names(), progress=lambda m: con.print(f"[dim]·[/dim] {m}"),
-                       gateways=not no_gateways, scale=scale, keep_failed=keep_failed)
+    say = lambda m: con.print(f"[dim]·[/dim] {m}")
+    if scale == AUTO:
+        state = _up_auto_scale(topology, nodes, not no_gateways, keep_failed, say)
+    else:
+        state = realize.up(topology, nodes, _names(), progress=say, gateways=not no_gateways, scale=scale,
+                           keep_failed=keep_failed)
     hosts = state.topo.hosts()
     if state.topo.scale != 1:
         con.print(f"[dim]·[/dim] rates are the topology's divided by {state.topo.scale:g} (delays kept): "
@@ -81,11 +134,13 @@ def status(as_json: bool) -> None:
                    "hosts": [{"name": h.name, "site": h.site, "role": h.role, "ip": str(h.ip), "ns": state.ns(h)}
                              for h in state.topo.hosts()],
                    "wanem": {"pid": state.wanem_pid, "alive": alive, "stats": stats},
-                   "emulation": state.emulation, "faults": faults})
+                   "emulation": state.emulation, "faults": faults, "scale": state.topo.scale,
+                   "scale_auto": bool(state.data.get("scale_auto")), "gridsplitd": state.data.get("gridsplitd")})
         return
     con = _console()
     con.print(f"lab [bold]{state.topo.name}[/bold] (prefix {state.names.prefix}, up since {state.data['created']}"
-              f"{f', rates scaled 1/{state.topo.scale:g}' if state.topo.scale != 1 else ''})")
+              f"{f', rates scaled 1/{state.topo.scale:g}' if state.topo.scale != 1 else ''}"
+              f"{' (chosen by --scale auto)' if state.data.get('scale_auto') else ''})")
     t = Table("site", "subnet", "nodes", "NIC", "switch buffer", "TCP max buffers", "CC", "gateway")
     for s in state.topo.sites:
         t.add_row(s.name, str(s.subnet), str(s.nodes), f"{s.nic_mbps:g} Mb/s", f"{s.switch_buffer_bytes} B",

@@ -222,7 +222,8 @@ def _lock(names: LabNames, wait: float = 0) -> Iterator[None]:
 
 
 def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
-       gateways: bool = True, scale: float | None = None, keep_failed: bool = False) -> LabState:
+       gateways: bool = True, scale: float | None = None, keep_failed: bool = False,
+       scale_auto: bool = False) -> LabState:
     topo = load_topology(spec, nodes, scale)  # bad input first: it needs no privilege to report
     text = _topology_text(spec)
     sysdeps.need_root("gridsplit lab up")
@@ -255,6 +256,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
                 pids.update(_start_gateways(topo, names, gridsplitd, gw_sites, rt))
             data = {
                 "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes, "scale": scale,
+                "scale_auto": scale_auto,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
                 "gateways": gw_sites, "gridsplitd": gridsplitd,
                 "tbf_burst_ms": BURST_MS, "nic_peak": NIC_PEAK,
