@@ -64,7 +64,7 @@ def test_untuned_170kb_on_1g_10ms_is_window_limited():
     assert v["verdict"] == "window-limited", v["why"]
     ev = v["evidence"]
     assert v["fraction"] < 0.2
-    # Seed 004's signature: throughput ~ window / RTT.
+    # Primet 2006's insufficient-buffer signature: throughput ~ window / RTT.
     assert 0.75 <= flow["goodput_mbps"] / ev["window_bound_mbps"] <= 1.15
     assert ev["bdp_bytes"] > 5 * 174760 / 1.5
     assert "Raise the buffer maxima" in v["why"]
@@ -98,7 +98,7 @@ def test_cpu_bound_end_is_host_limited():
 
 
 def test_backlog_ceiling_of_seed_001():
-    # Seed 001 §3: netdev_max_backlog 300 at HZ 250 carries 300 x 250 x 1500 B/s = 900 Mb/s.
+    # Guillier et al. 2006 §3: netdev_max_backlog 300 at HZ 250 carries 300 x 250 x 1500 B/s = 900 Mb/s.
     assert D.backlog_ceiling_mbps(300, 250) == pytest.approx(900.0)
     assert tuning.backlog_for(1000, 250) == 1000     # the seed's advice for 1 GbE
     # The recorded OK flow (~90 Mb/s on a 100 Mb/s path) on hosts whose backlog
