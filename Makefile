@@ -1,6 +1,7 @@
 # gridsplit: the two set-up commands of the README.
 #   make demo   install what is missing, build, bring up the default lab, measure across sites
 #   make test   install what is missing, build, run every test (Rust, C, Python, lab integration)
+#   make apps   install the applications of `gridsplit bench app --preset all` (LAMMPS, HPCC, mpi4py; docs/apps.md)
 # Both are idempotent and stop at the first failing step with a message naming it.
 
 SHELL := /bin/bash
@@ -10,7 +11,7 @@ APT_PKGS := mpich libmpich-dev openmpi-bin libopenmpi-dev iperf3 ethtool iproute
             util-linux hostname procps haproxy build-essential pkg-config
 export GRIDSPLIT_LAB_PREFIX ?= gs
 
-.PHONY: all deps build demo test test-rust test-c test-py clean
+.PHONY: all deps build demo test test-rust test-c test-py clean apps
 all: build
 
 step = @printf '\n\033[1m== %s\033[0m\n' "$(1)"
@@ -58,6 +59,15 @@ test: build
 	$(MAKE) --no-print-directory -C mpi test
 	$(call step,tests: Python (topology, CLI, lab integration with real namespaces and MPI))
 	GRIDSPLIT_LAB_PREFIX=gst $(PY) -m pytest -q tests
+
+# Not part of `make test`: Debian's lammps and hpcc (both Open MPI builds), installed by `deps` with
+# these packages as its list, and mpi4py's source from PyPI built against each MPI into
+# ~/.cache/gridsplit (or $GRIDSPLIT_CACHE), outside the source tree.
+APP_PKGS := lammps hpcc
+apps: deps
+	$(call step,apps: the preset applications of gridsplit bench app (LAMMPS, HPCC, mpi4py's test suite))
+	$(MAKE) --no-print-directory deps APT_PKGS="$(APP_PKGS)"
+	gridsplit bench app --preset all --impl mpich,openmpi --prepare
 
 clean:
 	rm -rf build target

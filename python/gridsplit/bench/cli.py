@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .ab import ab
+from .app import app_cmd
 from .outage import outage
 from .relay import relay
 from .scale import scale
@@ -22,3 +23,4 @@ bench.add_command(relay)
 bench.add_command(outage)
 bench.add_command(scale)
 bench.add_command(ab)
+bench.add_command(app_cmd)

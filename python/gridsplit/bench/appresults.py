@@ -1,0 +1,228 @@
+"""`gridsplit bench app` results: the summary (medians over rounds, split/direct with
+min-max, correctness) printed at the end, and the HTML report beside the JSONL."""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import GridsplitError
+from .report import _png
+from .results import median_of, read_rows, variant_tag
+
+
+def _ok(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["status"] == "ok"]
+
+
+def outcome_diff(direct: list[dict], split: list[dict]) -> dict[str, Any] | None:
+    """Tests whose outcome differs between runs (mpi4py): test id -> {mode: sorted outcomes seen}."""
+    runs = [r for r in direct + split if r.get("tests")]
+    if not runs:
+        return None
+    seen: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for r in runs:
+        ids = set()
+        for outcome, tids in r["tests"].items():
+            for t in tids:
+                seen[t][r["mode"]].add(outcome)
+                ids.add(t)
+        for t in set(seen) - ids:
+            seen[t][r["mode"]].add("absent")
+    differs = {t: {m: sorted(o) for m, o in by.items()} for t, by in seen.items()
+               if len(set().union(*by.values())) > 1}
+    first = runs[0]["tests"]
+    return {"runs": len(runs), "identical": not differs, "differs": differs,
+            "counts": {k: len(v) for k, v in first.items()}}
+
+
+def summarize_apps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (app, impl, split variant): medians of each mode's time over its ok runs, the per-round
+    split/direct ratios (median, min-max), run status counts and correctness."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("kind") == "app":
+            groups[(r["app"], r["impl"])].append(r)
+    out = []
+    for (app, impl), rs in sorted(groups.items()):
+        direct = [r for r in rs if r["mode"] == "direct"]
+        for tag in sorted({variant_tag(r) for r in rs if r["mode"] == "split"}) or [None]:
+            split = [r for r in rs if r["mode"] == "split" and variant_tag(r) == tag]
+            d_by = {r["repeat"]: r["time_s"] for r in _ok(direct)}
+            ratios = [r["time_s"] / d_by[r["repeat"]] for r in _ok(split) if d_by.get(r["repeat"])]
+            sames = {json.dumps(r["same"]) for r in _ok(direct + split) if r.get("same") is not None}
+            figs = sorted({k for r in _ok(direct + split) for k in r.get("figures", {})})
+            out.append({
+                "app": app, "impl": impl, "variant": tag, "ranks": rs[0]["ranks"],
+                "sites": rs[0]["placement"]["sites"],
+                "time_source": "app" if any(r["app_time_s"] is not None for r in rs) else "wall",
+                "direct_s": median_of(r["time_s"] for r in _ok(direct)),
+                "split_s": median_of(r["time_s"] for r in _ok(split)),
+                "ratio": statistics.median(ratios) if ratios else None,
+                "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+                "rounds": len(ratios),
+                "status": {m: {s: sum(1 for r in x if r["status"] == s) for s in ("ok", "failed", "timeout")}
+                           for m, x in (("direct", direct), ("split", split))},
+                "verified": {m: [sum(1 for r in x if r["verified"] is True), len(x)]
+                             for m, x in (("direct", direct), ("split", split))},
+                "same_identical": None if not sames else len(sames) == 1,
+                "tests": outcome_diff(direct, split),
+                "figures": {f: {m: median_of(r["figures"].get(f) for r in _ok(x))
+                                for m, x in (("direct", direct), ("split", split))} for f in figs},
+                "wan_retrans": {m: median_of(r["counters"]["distant"]["RetransSegs"] for r in x)
+                                for m, x in (("direct", direct), ("split", split))},
+                "wan_rto_split": max((r["counters"]["distant"]["TCPTimeouts"] for r in split), default=None),
+                "gw_cpu_pct": median_of(max((g["pct"] or 0 for g in r["cpu"]["gateways"].values()), default=None)
+                                        for r in _ok(split)),
+            })
+    return out
+
+
+def correctness(s: dict[str, Any]) -> str:
+    """One cell: verified counts, identical results or test sets, timeouts and failures."""
+    parts = []
+    v = s["verified"]
+    if any(n for _, n in v.values()) and (v["direct"][0] or v["split"][0] or s["tests"]):
+        parts.append(f"verified {v['direct'][0]}/{v['direct'][1]} direct, {v['split'][0]}/{v['split'][1]} split")
+    if s["same_identical"] is not None:
+        parts.append("results identical" if s["same_identical"] else "RESULTS DIFFER")
+    if s["tests"]:
+        t = s["tests"]
+        c = t["counts"]
+        parts.append(f"tests {c.get('passed', 0)} passed {c.get('failed', 0)} failed {c.get('skipped', 0)} skipped: "
+                     + ("identical sets" if t["identical"] else f"{len(t['differs'])} DIFFER"))
+    bad = {m: {k: n for k, n in st.items() if k != "ok" and n} for m, st in s["status"].items()}
+    for m, b in bad.items():
+        if b:
+            parts.append(f"{m}: " + ", ".join(f"{n} {k}" for k, n in b.items()))
+    return "; ".join(parts) or "-"
+
+
+def render_app_summary(summary: list[dict[str, Any]], con: Console, title: str) -> None:
+    t = Table(title=title)
+    for c in ("app", "impl", "ranks", "direct", "split", "split/direct (min-max)", "rounds",
+              "WAN retrans direct→split", "gw CPU", "correctness"):
+        t.add_column(c, justify="left" if c in ("app", "impl", "correctness") else "right")
+    for s in summary:
+        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})"
+        col = "green" if s["ratio"] is not None and s["ratio"] <= 1.0 else "red"
+        w = s["wan_retrans"]
+        t.add_row(s["app"], s["impl"], f"{s['ranks']} ({'+'.join(map(str, s['sites'].values()))})",
+                  _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]", str(s["rounds"]),
+                  f"{_n(w['direct'])} → {_n(w['split'])}",
+                  "-" if s["gw_cpu_pct"] is None else f"{s['gw_cpu_pct']:.0f} %", correctness(s))
+    con.print(t)
+    con.print(f"[dim]times: the app's own where it reports one ({', '.join(s['app'] for s in summary if s['time_source'] == 'app') or 'none'}), "
+              "else wall; ratios are per round (direct and split ran back to back), median and min-max over rounds.[/dim]")
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f} s"
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+# -- HTML ---------------------------------------------------------------------------------
+
+def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
+    metas, rows = [], []
+    for p in paths:
+        if not p.exists():
+            raise GridsplitError(f"{p}: no such result file")
+        for r in read_rows(p):
+            (metas if r.get("kind") == "meta" else rows).append(r)
+    rows = [r for r in rows if r.get("kind") == "app"]
+    if not rows:
+        raise GridsplitError(f"{', '.join(map(str, paths))}: no `bench app` runs in the file(s)")
+    return metas, rows
+
+
+def fig_times(rows: list[dict], summary: list[dict], outdir: Path) -> str:
+    """Time per app and MPI: direct and split medians, bars from min to max over rounds."""
+    import matplotlib.pyplot as plt
+    labels = [f"{s['app']}\n{s['impl']}" for s in summary]
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(labels)), 3.6))
+    for k, (mode, color) in enumerate((("direct", "tab:blue"), ("split", "tab:orange"))):
+        med, lo, hi = [], [], []
+        for s in summary:
+            vals = [r["time_s"] for r in rows if r["app"] == s["app"] and r["impl"] == s["impl"]
+                    and r["mode"] == mode and r["status"] == "ok"]
+            m = statistics.median(vals) if vals else 0
+            med.append(m)
+            lo.append(m - min(vals) if vals else 0)
+            hi.append(max(vals) - m if vals else 0)
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(labels))]
+        ax.bar(xs, med, 0.38, yerr=[lo, hi], capsize=3, color=color, label=mode)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylabel("time (s): median, min-max")
+    ax.legend(fontsize=8)
+    return _png(fig, outdir, "app-times.png")
+
+
+def build_app_report(paths: list[Path], outdir: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    metas, rows = _load(paths)
+    outdir.mkdir(parents=True, exist_ok=True)
+    summary = summarize_apps(rows)
+    meta = metas[0] if metas else {}
+    mach, topo = meta.get("machine", {}), meta.get("topology", {})
+    e = html.escape
+
+    def ratio(s):
+        return "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}–{s['ratio_max']:.2f})"
+
+    head = ("app", "impl", "ranks (per site)", "direct (s)", "split (s)", "split/direct (min–max)", "rounds",
+            "WAN retrans direct → split", "gateway CPU (split)", "correctness")
+    body = "".join(
+        "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
+            s["app"], s["impl"], f"{s['ranks']} ({', '.join(f'{k} {v}' for k, v in s['sites'].items())})",
+            _s(s["direct_s"]), _s(s["split_s"]), ratio(s), s["rounds"],
+            f"{_n(s['wan_retrans']['direct'])} → {_n(s['wan_retrans']['split'])}",
+            "-" if s["gw_cpu_pct"] is None else f"{s['gw_cpu_pct']:.0f} % of a core", correctness(s))) + "</tr>"
+        for s in summary)
+    figs = ""
+    for s in summary:
+        if s["figures"]:
+            figs += f"<h3>{e(s['app'])} ({e(s['impl'])}): reported figures, medians</h3><table><tr><th>figure</th>" \
+                    "<th>direct</th><th>split</th><th>split/direct</th></tr>"
+            for f, v in s["figures"].items():
+                d, sp = v["direct"], v["split"]
+                r = f"{sp / d:.2f}" if d and sp is not None else "-"
+                figs += f"<tr><td>{e(f)}</td><td>{_n(d)}</td><td>{_n(sp)}</td><td>{r}</td></tr>"
+            figs += "</table>"
+        t = s["tests"]
+        if t and not t["identical"]:
+            figs += f"<h3>{e(s['app'])} ({e(s['impl'])}): tests whose outcome differs</h3><ul>" + "".join(
+                f"<li>{e(tid)}: {e(json.dumps(by))}</li>" for tid, by in sorted(t["differs"].items())[:200]) + "</ul>"
+    bad = [r for r in rows if r["status"] != "ok" or r["verified"] is False]
+    fails = "".join(f"<li>{e(r['app'])} {e(r['impl'])} {e(r['mode'])} round {r['repeat'] + 1}: {e(r['status'])}"
+                    f" (exit {r['exit_status']}, verified {r['verified']}): <code>{e(' | '.join(r['output_tail']))}</code></li>"
+                    for r in bad)
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>gridsplit bench app report</title>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}th{{background:#eee}}img{{max-width:100%}}</style></head><body>
+<h1>gridsplit bench app</h1>
+<p>Topology <b>{e(str(topo.get('name', '?')))}</b> (scale {topo.get('scale', '?')}), machine {e(str(mach.get('hostname', '?')))}:
+{e(str(mach.get('cpu', '?')))}, {mach.get('cores', '?')} cores, git {e(str(mach.get('git', '?')))}, started {e(str(mach.get('date', '?')))}.</p>
+<p>Command: <code>{e(' '.join(meta.get('command', [])))}</code></p>
+<p>{len(rows)} runs. Times are the app's own where it reports one, else wall time. Direct and split ran back to back in
+each round, the order alternating; ratios are split/direct per round, then the median and min–max over rounds.
+Lab timings on a shared 2-core machine are noisy.</p>
+<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table>
+{fig_times(rows, summary, outdir)}
+{figs}
+{f'<h2>Failed, timed out or not verified</h2><ul>{fails}</ul>' if fails else ''}
+</body></html>"""
+    path = outdir / "index.html"
+    path.write_text(doc)
+    return path

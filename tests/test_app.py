@@ -1,0 +1,107 @@
+"""`gridsplit bench app`: a tiny MPI program with a known pass/fail line (mpi/apptoy.c) on the
+mini lab, in both modes; a hang recorded as a timeout; bad input as one line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import gridsplit
+
+from gridsplit.bench.app import place
+from gridsplit.bench.appresults import summarize_apps
+from gridsplit.bench.results import read_rows
+from gridsplit.topology import load_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = str(ROOT / "build" / "mpi" / "openmpi" / "apptoy")
+PATTERNS = ("--time-pattern", r"apptoy: time ([0-9.]+) s", "--pass-pattern", r"apptoy: check PASSED")
+
+
+def _one_line(cp) -> str:
+    """A refusal: non-zero exit, no traceback, one line on stderr; that line."""
+    assert cp.returncode != 0, cp.stdout
+    assert "Traceback" not in cp.stderr, cp.stderr
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, cp.stderr
+    return lines[0]
+
+
+def test_placement_rules():
+    topo = load_topology("mini", None, None)
+    assert [h.name for h in place(topo, 4, "round-robin", None)] == ["east-1", "west-1", "east-2", "west-2"]
+    assert [h.name for h in place(topo, 4, "block", None)] == ["east-1", "east-2", "west-1", "west-2"]
+    assert [h.name for h in place(topo, 3, "block", None)] == ["east-1", "east-2", "west-1"]
+    assert [h.name for h in place(topo, 2, "round-robin", ["west-2", "east-1"])] == ["west-2", "east-1"]
+
+
+def test_bad_input_is_one_line(tmp_path):
+    line = _one_line(gridsplit("bench", "app", "--preset", "nosuch", check=False))
+    assert "no such preset" in line and "lammps-lj" in line
+    line = _one_line(gridsplit("bench", "app", "--time-pattern", "(unclosed", "--", TOY, check=False))
+    assert "not a valid regular expression" in line
+    line = _one_line(gridsplit("bench", "app", "--impl", "mpich", "--", TOY, check=False))
+    assert "built for openmpi, not mpich" in line and "--impl openmpi" in line
+    # A preset whose Debian package is missing: lmp not on the PATH.
+    cp = gridsplit_env({"PATH": str(tmp_path)}, "bench", "app", "--preset", "lammps-lj")
+    line = _one_line(cp)
+    assert "lammps" in line and "apt-get install lammps" in line
+
+
+def gridsplit_env(env: dict[str, str], *args: str):
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "gridsplit", *args], text=True, capture_output=True, timeout=60,
+                          env={**os.environ, **env})
+
+
+@pytest.mark.lab
+@pytest.mark.mpi
+def test_app_both_modes_pass_fail_and_timeout(lab, tmp_path):
+    if not Path(TOY).exists():
+        pytest.skip("mpi/apptoy not built (make build)")
+    out = tmp_path / "ok.jsonl"
+    cp = gridsplit("bench", "app", "-t", "mini", "-k", "1", *PATTERNS, "--out", str(out), "--no-report",
+                   "--", TOY, "-r", "5", timeout=180)
+    assert "split/direct" in cp.stdout
+    rows = [r for r in read_rows(out) if r["kind"] == "app"]
+    assert [r["mode"] for r in rows] == ["direct", "split"]
+    for r in rows:
+        assert r["status"] == "ok" and r["exit_status"] == 0 and r["verified"] is True, r
+        assert 0 < r["app_time_s"] <= r["wall_s"] and r["time_s"] == r["app_time_s"]
+        # Ranks spread over both sites, round-robin, and where they really ran (the wrapper's report).
+        assert r["placement"]["hosts"] == ["east-1", "west-1", "east-2", "west-2"]
+        assert r["placement"]["sites"] == {"east": 2, "west": 2}
+        assert r["placement"]["observed"] == {"0": "east-1", "1": "west-1", "2": "east-2", "3": "west-2"}
+        assert {"local", "distant", "by_host"} <= set(r["counters"])
+        assert len(r["cpu"]["ranks"]["per_rank"]) == 4 and r["cpu"]["ranks"]["mean_pct"] is not None
+        assert isinstance(r["drops"], dict) and r["emulator"]["packets"] > 0
+    split = rows[1]
+    assert set(split["cpu"]["gateways"]) == {"east", "west"} and split["variant"]["split"] == "policy"
+    # In split mode the cross-site data went through the gateways' WAN link.
+    assert sum(split["counters"]["by_host"]["east-gw"].values()) > 0
+    s = summarize_apps(rows)
+    assert len(s) == 1 and s[0]["ratio"] is not None and s[0]["verified"] == {"direct": [1, 1], "split": [1, 1]}
+
+    # A failing check: recorded, not verified; and a hang: stopped at --timeout, recorded as such.
+    out = tmp_path / "bad.jsonl"
+    gridsplit("bench", "app", "-t", "mini", "-k", "1", "--modes", "split", *PATTERNS, "--out", str(out),
+              "--no-report", "--", TOY, "-r", "2", "--fail", timeout=120)
+    gridsplit("bench", "app", "-t", "mini", "-k", "1", "--modes", "direct", *PATTERNS, "--timeout", "6",
+              "--out", str(out.with_name("hang.jsonl")), "--no-report", "--", TOY, "-r", "1", "--hang", timeout=120)
+    (fail,) = [r for r in read_rows(out) if r["kind"] == "app"]
+    assert fail["status"] == "failed" and fail["exit_status"] != 0 and fail["verified"] is False
+    assert any("check FAILED" in l for l in fail["output_tail"])
+    (hang,) = [r for r in read_rows(out.with_name("hang.jsonl")) if r["kind"] == "app"]
+    assert hang["status"] == "timeout" and hang["exit_status"] is None and hang["verified"] is False
+    assert 6 <= hang["wall_s"] < 30
+
+    # A pattern that matches nothing in a run that ended well: one line.
+    cp = gridsplit("bench", "app", "-t", "mini", "-k", "1", "--modes", "direct", "--time-pattern", r"elapsed (\d+)",
+                   "--out", str(tmp_path / "nomatch.jsonl"), "--no-report", "--", TOY, "-r", "1",
+                   check=False, timeout=120)
+    line = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert cp.returncode != 0 and "Traceback" not in cp.stderr and len(line) == 1, cp.stderr
+    assert "matched nothing" in line[0] and "elapsed" in line[0]
