@@ -12,17 +12,9 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "gs_internal.h"
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Read exactly sizeof(struct gs_origin) bytes, whatever the fd's blocking mode,
  * within gs_accept_timeout_ms. The gateway sends the header right after its
@@ -31,7 +23,7 @@ static int read_origin(int fd, struct gs_origin *o, const char **why)
 {
     uint8_t *p = (uint8_t *)o;
     size_t got = 0;
-    int64_t deadline = mono_ms() + gs_accept_timeout_ms;
+    int64_t deadline = gs_now_ms() + gs_accept_timeout_ms;
     while (got < sizeof *o) {
         ssize_t n = REAL(recv)(fd, p + got, sizeof *o - got, MSG_DONTWAIT);
         if (n > 0) {
@@ -48,7 +40,7 @@ static int read_origin(int fd, struct gs_origin *o, const char **why)
             *why = strerror(errno);
             return -1;
         }
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - gs_now_ms();
         if (left <= 0) {
             *why = "timed out waiting for the header";
             return -1;

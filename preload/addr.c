@@ -91,6 +91,16 @@ socklen_t gs_addr_to_sockaddr(const struct gs_addr *a, uint16_t port, int sock_f
     return 0;
 }
 
+void gs_copy_out_addr(const struct sockaddr_storage *ss, socklen_t len, struct sockaddr *addr,
+                      socklen_t *addrlen)
+{
+    if (!addr || !addrlen)
+        return;
+    socklen_t n = *addrlen < len ? *addrlen : len;
+    memcpy(addr, ss, n);
+    *addrlen = len;
+}
+
 void gs_addr_format(const struct gs_addr *a, uint16_t port, char *buf, size_t len)
 {
     char ip[INET6_ADDRSTRLEN] = "?";

@@ -54,7 +54,7 @@ struct gs_origin {
 };
 
 /* Section 2 status values. The errno that libgridsplit reports for each is given by
- * gs_status_errno() in gridsplit.c, following the table of protocol.md. */
+ * status_errno() in handshake.c, following the table of protocol.md. */
 enum gs_status {
     GS_STATUS_OK = 0,
     GS_STATUS_REFUSED = 1,     /* ECONNREFUSED */

@@ -1,10 +1,20 @@
 /*
- * gs_internal.h - declarations shared by the files of libgridsplit.so: the sites of
- * the node file (addr.c, nodefile.c, sites.c), the per-fd state table and the
- * handles on the real libc functions (gridsplit.c), used by the connecting side
- * (gridsplit.c) and the accepting side (accept.c). Nothing here is exported from the shared object: the
- * library is built with -fvisibility=hidden and only the interposed libc symbols are
- * marked GS_EXPORT.
+ * gs_internal.h - declarations shared by the files of libgridsplit.so:
+ *   addr.c, nodefile.c, sites.c  the sites of the node file and their addresses
+ *   real.c                       handles on the real libc functions
+ *   settings.c                   GRIDSPLIT_* variables, the node file on first use, the log
+ *   fdtable.c                    the per-fd state table
+ *   handshake.c                  the GSq1/GSa1 exchange with the gateway, as a state machine
+ *   connect.c                    the connecting side: connect(), getsockopt(SO_ERROR)
+ *   io.c                         read/write/send/recv/... wrappers
+ *   dup.c                        close(), dup*(), fcntl(F_DUPFD*)
+ *   accept.c                     the accepting side: accept(), accept4(), getpeername()
+ * Nothing here is exported from the shared object: the library is built with
+ * -fvisibility=hidden and only the interposed libc symbols are marked GS_EXPORT.
+ *
+ * Every wrapper starts with gs_slot_peek(fd), one or two atomic loads, and calls the
+ * real function straight away when the fd is not one of ours, which is the case for
+ * all fds of a process that redirects nothing.
  */
 #ifndef GS_INTERNAL_H
 #define GS_INTERNAL_H
@@ -17,12 +27,21 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "gridsplit_proto.h"
 
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Milliseconds of CLOCK_MONOTONIC, for the deadlines of bounded waits. */
+static inline int64_t gs_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* ------------------------------------ addr.c, nodefile.c, sites.c: the sites */
 
@@ -94,10 +113,14 @@ int gs_sockaddr_to_addr(const struct sockaddr *sa, socklen_t len, struct gs_addr
  * when the address cannot be expressed in that family. */
 socklen_t gs_addr_to_sockaddr(const struct gs_addr *a, uint16_t port, int sock_family,
                               struct sockaddr_storage *out);
+/* Copy a stored sockaddr into a caller's (addr, addrlen) with the kernel's truncation
+ * rules: copy min(*addrlen, len) bytes, then set *addrlen to the full length. */
+void gs_copy_out_addr(const struct sockaddr_storage *ss, socklen_t len,
+                      struct sockaddr *addr, socklen_t *addrlen);
 /* "a.b.c.d:port" or "[v6]:port" for log lines. */
 void gs_addr_format(const struct gs_addr *a, uint16_t port, char *buf, size_t len);
 
-/* ------------------------------------------------------------ gridsplit.c */
+/* ------------------------------------------------------------------ real.c */
 
 /* Handles on the next definition (normally glibc's) of every interposed function,
  * resolved once with dlsym(RTLD_NEXT). */
@@ -134,6 +157,23 @@ void gs_resolve_real(void);
  * libraries' constructors that run before ours. */
 #define REAL(fn) (GS_LIKELY(gs_real.fn != NULL) ? gs_real.fn : (gs_resolve_real(), gs_real.fn))
 
+/* -------------------------------------------------------------- settings.c */
+
+/* Configuration, loaded on first use; returns NULL when redirection is off. */
+const struct gs_config *gs_config(void);
+
+void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+extern int gs_debug;
+extern int gs_accept_timeout_ms;
+/* Bound on the wait for the GSa1 reply when the application gives none. */
+extern int gs_handshake_timeout_ms;
+
+/* Applies the LAN timers (GRIDSPLIT_LAN_RTO_MIN_US, GRIDSPLIT_LAN_DELACK_MAX_US) to a
+ * relayed connection's socket; best effort. */
+void gs_lan_timers(int fd);
+
+/* --------------------------------------------------------------- fdtable.c */
+
 /* Per-fd state. The table is two-level: gs_table[fd >> GS_CHUNK_BITS] points to a
  * chunk of GS_CHUNK slots, allocated the first time an fd of that range is
  * redirected or accepted from a gateway. A process that never redirects anything
@@ -142,8 +182,6 @@ void gs_resolve_real(void);
  * process even if another thread closes the fd meanwhile. */
 #define GS_CHUNK_BITS 10
 #define GS_CHUNK (1u << GS_CHUNK_BITS)
-/* Exit status of a process whose relayed connection was lost (gridsplit.c, relay_lost). */
-#define GS_EXIT_RELAY_LOST 75
 
 #define GS_MAX_FD (1u << 20) /* Linux's default fs.nr_open ceiling */
 
@@ -192,6 +230,16 @@ static inline struct gs_slot *gs_slot_peek(int fd)
     return atomic_load_explicit(&s->flags, memory_order_acquire) ? s : NULL;
 }
 
+/* Fast path of the I/O wrappers and getsockopt(): the slot of fd if its handshake
+ * is pending or failed (GS_F_IO), else NULL. */
+static inline struct gs_slot *gs_slot_peek_io(int fd)
+{
+    struct gs_slot *s = gs_slot_peek(fd);
+    if (GS_LIKELY(s == NULL))
+        return NULL;
+    return (atomic_load_explicit(&s->flags, memory_order_acquire) & GS_F_IO) ? s : NULL;
+}
+
 /* Slot of fd, allocating its chunk; NULL if fd is out of range or memory is short. */
 struct gs_slot *gs_slot_get(int fd);
 /* Non-zero if fd still refers to the socket the slot was filled for; otherwise the
@@ -201,26 +249,33 @@ int gs_slot_valid(int fd, struct gs_slot *s);
 void gs_slot_clear(struct gs_slot *s);
 /* Record the identity of fd in s (caller holds s->mu). */
 int gs_slot_bind_identity(int fd, struct gs_slot *s);
+/* pthread_atfork child handler: re-initialises the table's and the slots' mutexes. */
+void gs_table_atfork_child(void);
+
+/* ------------------------------------------------------------- handshake.c */
+
+/* Results of gs_drive(). */
+enum { GS_ADV_DONE = 0, GS_ADV_FAILED = 1, GS_ADV_AGAIN = 2, GS_ADV_INTR = 3 };
+
+/* Drive the handshake. wait_ms: 0 = one non-blocking attempt, > 0 = wait at most
+ * that long, blocking in poll() (never spinning). With return_on_intr a signal
+ * interrupts the wait and GS_ADV_INTR is returned (the blocking-connect semantics);
+ * otherwise the wait resumes. */
+int gs_drive(int fd, struct gs_slot *s, int wait_ms, int return_on_intr);
+/* Mark a pending handshake as timed out (the bound given to gs_drive() expired). */
+void gs_fail_timeout(int fd, struct gs_slot *s);
+/* Finish the handshake with the default bound, whatever the blocking mode.
+ * Returns 0 when established, else an errno. */
+int gs_settle(int fd, struct gs_slot *s);
+/* The errno of a failed handshake (ECONNRESET if the slot holds none). */
+int gs_slot_err(struct gs_slot *s);
+/* Non-zero while the connect to the gateway itself is still in progress. */
+int gs_slot_lan_pending(struct gs_slot *s);
+int gs_fd_nonblocking(int fd);
 
 /* For a pending redirected connect whose LAN connect is done: wait (bounded) for
  * the gateway's reply. Returns 0 if established, else an errno (EINPROGRESS while
  * the connect to the gateway itself is still in progress). errno is preserved. */
 int gs_wait_outcome(int fd, struct gs_slot *s);
-
-/* Configuration, loaded on first use; returns NULL when redirection is off. */
-const struct gs_config *gs_config(void);
-
-void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-extern int gs_debug;
-extern int gs_accept_timeout_ms;
-
-/* Applies the LAN timers (GRIDSPLIT_LAN_RTO_MIN_US, GRIDSPLIT_LAN_DELACK_MAX_US) to a
- * relayed connection's socket; best effort. */
-void gs_lan_timers(int fd);
-
-/* Copy a stored sockaddr into a caller's (addr, addrlen) with the kernel's truncation
- * rules: copy min(*addrlen, len) bytes, then set *addrlen to the full length. */
-void gs_copy_out_addr(const struct sockaddr_storage *ss, socklen_t len,
-                      struct sockaddr *addr, socklen_t *addrlen);
 
 #endif /* GS_INTERNAL_H */

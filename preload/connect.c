@@ -1,0 +1,257 @@
+/*
+ * connect.c - the connecting side of libgridsplit.so. connect() to another site is
+ * turned into a connect to the own site's gateway followed by the GSq1/GSa1
+ * exchange of docs/protocol.md (handshake.c); a blocking connect() waits for the
+ * reply, a non-blocking one returns EINPROGRESS and the exchange is finished by
+ * later calls on the fd. getsockopt(SO_ERROR), which applications call after
+ * POLLOUT, reports the outcome as the kernel would.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "gs_internal.h"
+
+/* connect() fails with the outcome of the handshake, which counts as reported:
+ * getsockopt(SO_ERROR) says 0 afterwards, as the kernel clears sk_err. */
+static int report_failure(struct gs_slot *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->err_reported = 1;
+    int e = s->phase == GS_P_FAILED ? s->err : 0;
+    pthread_mutex_unlock(&s->mu);
+    errno = e ? e : ECONNRESET;
+    return -1;
+}
+
+/* Returns the connect() result for a blocking wait of at most wait_ms (SO_SNDTIMEO
+ * when set_timeo, else the default bound). */
+static int finish_blocking(int fd, struct gs_slot *s, int wait_ms, int set_timeo)
+{
+    int r = gs_drive(fd, s, wait_ms, 1);
+    if (r == GS_ADV_DONE)
+        return 0;
+    if (r == GS_ADV_INTR) {
+        /* Like the kernel: the connection attempt goes on; a later connect(),
+         * getsockopt(SO_ERROR) or I/O call picks it up. */
+        errno = EINTR;
+        return -1;
+    }
+    if (r == GS_ADV_AGAIN) {
+        if (set_timeo) {
+            /* Linux returns EINPROGRESS when SO_SNDTIMEO expires on connect(). */
+            errno = EINPROGRESS;
+            return -1;
+        }
+        gs_fail_timeout(fd, s);
+    }
+    return report_failure(s);
+}
+
+static int sndtimeo_ms(int fd, int *is_set)
+{
+    struct timeval tv = {0, 0};
+    socklen_t l = sizeof tv;
+    *is_set = 0;
+    if (REAL(getsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 &&
+        (tv.tv_sec || tv.tv_usec)) {
+        *is_set = 1;
+        int64_t ms = (int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+        return ms > gs_handshake_timeout_ms ? gs_handshake_timeout_ms : (int)ms;
+    }
+    return gs_handshake_timeout_ms;
+}
+
+/* connect() again on an fd whose redirected connect is pending or failed. Mirrors
+ * the kernel: non-blocking -> EALREADY while in progress, 0 once connected (then
+ * EISCONN), the error once failed; blocking -> wait for the outcome. */
+static int reconnect_pending(int fd, struct gs_slot *s, const struct sockaddr *addr,
+                             socklen_t len)
+{
+    if (gs_fd_nonblocking(fd)) {
+        int r = gs_drive(fd, s, 0, 0);
+        if (r == GS_ADV_AGAIN) {
+            errno = EALREADY;
+            return -1;
+        }
+        if (r == GS_ADV_DONE) {
+            /* The kernel socket is still "connecting" in its own book-keeping: its
+             * connect() returns 0 this once and EISCONN afterwards, as without us. */
+            return REAL(connect)(fd, addr, len);
+        }
+        return report_failure(s);
+    }
+    int set;
+    int ms = sndtimeo_ms(fd, &set);
+    return finish_blocking(fd, s, ms, set);
+}
+
+static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
+                            const struct gs_config *cfg, int site, const struct gs_addr *dst,
+                            uint16_t dport)
+{
+    const struct gs_site *own = &cfg->site[cfg->own];
+    struct sockaddr_storage gw;
+    socklen_t gwlen = gs_addr_to_sockaddr(&own->gw, own->gw_port, addr->sa_family, &gw);
+    char dbuf[64], gbuf[64];
+    gs_addr_format(dst, dport, dbuf, sizeof dbuf);
+    gs_addr_format(&own->gw, own->gw_port, gbuf, sizeof gbuf);
+    if (!gwlen) {
+        static _Atomic int logged;
+        if (!atomic_exchange(&logged, 1))
+            gs_log("cannot reach IPv6 gateway %s from an AF_INET socket (connect to %s)", gbuf,
+                   dbuf);
+        errno = ENETUNREACH;
+        return -1;
+    }
+    struct gs_slot *s = gs_slot_get(fd);
+    if (!s) {
+        static _Atomic int logged;
+        if (!atomic_exchange(&logged, 1))
+            gs_log("fd %d out of the tracked range (or out of memory); connect to %s is "
+                   "NOT redirected", fd, dbuf);
+        return REAL(connect)(fd, addr, len);
+    }
+
+    pthread_mutex_lock(&s->mu);
+    memset(&s->req, 0, sizeof s->req);
+    memcpy(s->req.magic, GS_MAGIC_REQUEST, GS_MAGIC_LEN);
+    s->req.version = GS_PROTO_VERSION;
+    s->req.family = (uint8_t)dst->family;
+    s->req.port_be = htons(dport);
+    memcpy(s->req.addr, dst->a, dst->family == GS_FAMILY_V4 ? 4 : 16);
+    s->req_sent = 0;
+    s->rep_got = 0;
+    s->err = 0;
+    s->err_reported = 0;
+    s->phase = GS_P_LAN;
+    /* getpeername() must show the address the application asked for. */
+    s->peerlen = len > sizeof s->peer ? (socklen_t)sizeof s->peer : len;
+    memcpy(&s->peer, addr, s->peerlen);
+    gs_slot_bind_identity(fd, s);
+    atomic_store_explicit(&s->flags, GS_F_IO, memory_order_release);
+    pthread_mutex_unlock(&s->mu);
+
+    if (gs_debug)
+        gs_log("fd %d: connect to %s (site \"%s\") redirected via gateway %s", fd, dbuf,
+               cfg->site[site].name, gbuf);
+
+    gs_lan_timers(fd);
+    int nonblock = gs_fd_nonblocking(fd);
+    int set = 0;
+    int ms = nonblock ? 0 : sndtimeo_ms(fd, &set);
+    int64_t t0 = nonblock ? 0 : gs_now_ms();
+    int r = REAL(connect)(fd, (struct sockaddr *)&gw, gwlen);
+    int e = errno;
+    if (r < 0 && e != EINPROGRESS && e != EINTR) {
+        /* The gateway itself is unreachable: report that as the connect error. */
+        gs_slot_clear(s);
+        static _Atomic int logged;
+        if (!atomic_exchange(&logged, 1) || gs_debug)
+            gs_log("cannot reach gateway %s (%s) for a connection to %s", gbuf, strerror(e),
+                   dbuf);
+        errno = e;
+        return -1;
+    }
+    if (r < 0 && e == EINTR) {
+        errno = EINTR;
+        return -1;
+    }
+    if (nonblock) {
+        /* Try to get the request out now; it usually has to wait until the LAN
+         * handshake completes, which the next intercepted call notices. */
+        if (gs_drive(fd, s, 0, 0) == GS_ADV_FAILED)
+            return report_failure(s);
+        errno = EINPROGRESS;
+        return -1;
+    }
+    if (r < 0) { /* EINPROGRESS on a blocking socket: SO_SNDTIMEO expired */
+        errno = EINPROGRESS;
+        return -1;
+    }
+    int64_t left = ms - (gs_now_ms() - t0);
+    if (left < 1)
+        left = 1;
+    return finish_blocking(fd, s, (int)left, set);
+}
+
+GS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct gs_slot *s = gs_slot_peek(fd);
+    if (GS_UNLIKELY(s != NULL) && gs_slot_valid(fd, s)) {
+        if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC) {
+            gs_slot_clear(s); /* dissolving the association: forget ours */
+            return REAL(connect)(fd, addr, len);
+        }
+        if (atomic_load_explicit(&s->flags, memory_order_acquire) & GS_F_IO)
+            return reconnect_pending(fd, s, addr, len);
+        return REAL(connect)(fd, addr, len); /* established: EISCONN from the kernel */
+    }
+    if (GS_LIKELY(!addr || len < sizeof(sa_family_t) ||
+                  (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)))
+        return REAL(connect)(fd, addr, len);
+
+    struct gs_addr dst;
+    uint16_t dport;
+    if (gs_sockaddr_to_addr(addr, len, &dst, &dport) < 0)
+        return REAL(connect)(fd, addr, len);
+    int saved = errno;
+    const struct gs_config *cfg = gs_config();
+    int site = cfg ? gs_config_classify(cfg, &dst) : -1;
+    if (site < 0) {
+        errno = saved;
+        return REAL(connect)(fd, addr, len);
+    }
+    /* Only TCP streams are redirected (not UDP, not SCTP's stream mode). */
+    int type = 0, proto = 0;
+    socklen_t l = sizeof type;
+    if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_STREAM) {
+        errno = saved;
+        return REAL(connect)(fd, addr, len);
+    }
+    l = sizeof proto;
+    if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) == 0 && proto != IPPROTO_TCP) {
+        errno = saved;
+        return REAL(connect)(fd, addr, len);
+    }
+    errno = saved;
+    return redirect_connect(fd, addr, len, cfg, site, &dst, dport);
+}
+
+/* ------------------------------------------------------ getsockopt(SO_ERROR) */
+
+GS_EXPORT int getsockopt(int fd, int level, int optname, void *val, socklen_t *len)
+{
+    struct gs_slot *s = gs_slot_peek_io(fd);
+    if (GS_LIKELY(s == NULL) || level != SOL_SOCKET || optname != SO_ERROR || !val || !len ||
+        *len < (socklen_t)sizeof(int) || !gs_slot_valid(fd, s))
+        return REAL(getsockopt)(fd, level, optname, val, len);
+
+    int r = gs_drive(fd, s, 0, 0);
+    if (r == GS_ADV_AGAIN) {
+        if (gs_slot_lan_pending(s)) {
+            /* Still connecting to the gateway (the caller did not wait for POLLOUT):
+             * the kernel would say 0 too. */
+            *(int *)val = 0;
+            *len = sizeof(int);
+            return 0;
+        }
+        /* The caller saw POLLOUT and wants the outcome: wait for the reply. This
+         * is the one place a non-blocking caller can be held, for one WAN round
+         * trip plus the far connect. */
+        r = gs_settle(fd, s) ? GS_ADV_FAILED : GS_ADV_DONE;
+    }
+    int v = 0;
+    if (r == GS_ADV_FAILED) {
+        pthread_mutex_lock(&s->mu);
+        if (s->phase == GS_P_FAILED && !s->err_reported) {
+            v = s->err; /* reported once, as the kernel clears sk_err on read */
+            s->err_reported = 1;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    *(int *)val = v;
+    *len = sizeof(int);
+    return 0;
+}

@@ -1,0 +1,160 @@
+/*
+ * settings.c - what a process's environment tells libgridsplit.so, and its log line.
+ * The constructor reads the GRIDSPLIT_* tuning variables (debug, timeouts, LAN
+ * timers); the node file (GRIDSPLIT_CONFIG, GRIDSPLIT_SITE, GRIDSPLIT_SPLIT) is read
+ * on first use instead, so that processes that never open an inter-site socket
+ * stay silent. gs_lan_timers() applies the LAN timers to a relayed connection's
+ * socket, on the connecting (connect.c) and the accepting side (accept.c).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gs_internal.h"
+
+int gs_debug;
+int gs_accept_timeout_ms = 2000;
+/* Bound on the wait for the GSa1 reply when the application gives none (blocking
+ * connect without SO_SNDTIMEO, getsockopt(SO_ERROR), first I/O). Linux gives up a
+ * blocking connect after ~127 s of SYN retries; the gateway reports TIMEOUT itself
+ * well before that, so this bound only matters when the gateway hangs. */
+int gs_handshake_timeout_ms = 130000;
+/* LAN timers for relayed connections, whose every segment stays on the site's
+ * LAN: with GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs
+ * 8 ms instead of Linux's 200 ms minimum RTO (GRIDSPLIT_LAN_DELACK_MAX_US keeps
+ * delayed ACKs under it). Off by default: measured on the paper grid with 12-20
+ * senders converging on the gateway, an 8 ms RTO under persistent congestion
+ * fired 4-5x as often and each timeout's go-back-N made the congestion worse
+ * (split gather efficiency 0.76 -> 0.33); see docs/bench.md. */
+static int gs_lan_rto_min_us = 0;
+static int gs_lan_delack_max_us = 0;
+
+/* ---------------------------------------------------------------- logging */
+
+void gs_log(const char *fmt, ...)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "libgridsplit[%d]: ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        return;
+    size_t len = (size_t)n + (size_t)m;
+    if (len > sizeof buf - 2)
+        len = sizeof buf - 2;
+    buf[len++] = '\n';
+    int saved = errno;
+    (void)!REAL(write)(2, buf, len);
+    errno = saved;
+}
+
+/* ----------------------------------------------------------- configuration */
+
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static struct gs_config config;
+static int config_ok;
+
+static void load_config_once(void)
+{
+    int saved = errno;
+    char err[400];
+    const char *path = getenv("GRIDSPLIT_CONFIG");
+    const char *site = getenv("GRIDSPLIT_SITE");
+    if (site && !*site)
+        site = NULL;
+    if (!path || !*path) {
+        gs_log("GRIDSPLIT_CONFIG is not set; connections are NOT redirected");
+    } else if (gs_config_load(path, site, &config, err, sizeof err) < 0) {
+        gs_log("GRIDSPLIT_CONFIG=%s: %s; connections are NOT redirected", path, err);
+    } else {
+        config_ok = 1;
+        /* GRIDSPLIT_SPLIT=all: split every cross-site connection, whatever the
+         * node file's split policy (direct_to) says; set by `--split=all`. */
+        const char *mode = getenv("GRIDSPLIT_SPLIT");
+        if (mode && strcmp(mode, "all") == 0) {
+            for (int i = 0; i < config.nsites; i++)
+                config.site[i].direct_to[0] = 0;
+        } else if (mode && *mode && strcmp(mode, "policy") != 0) {
+            gs_log("GRIDSPLIT_SPLIT=%s is neither \"all\" nor \"policy\"; following the node file's policy", mode);
+        }
+        if (gs_debug) {
+            const struct gs_site *own = &config.site[config.own];
+            char gw[64];
+            gs_addr_format(&own->gw, own->gw_port, gw, sizeof gw);
+            gs_log("own site \"%s\", gateway %s, %d site line(s) in the node file", own->name, gw,
+                   config.nsites);
+        }
+    }
+    errno = saved;
+}
+
+/* Loaded on first use rather than in the constructor, so that the processes of a
+ * job script that never open an inter-site socket (shells, sed, ...) stay silent. */
+const struct gs_config *gs_config(void)
+{
+    pthread_once(&config_once, load_config_once);
+    return config_ok ? &config : NULL;
+}
+
+/* -------------------------------------------------------------- LAN timers */
+
+/* TCP_RTO_MIN_US and TCP_DELACK_MAX_US arrived in Linux 6.15; older headers lack them. */
+#ifndef TCP_RTO_MIN_US
+#define TCP_RTO_MIN_US 45
+#endif
+#ifndef TCP_DELACK_MAX_US
+#define TCP_DELACK_MAX_US 46
+#endif
+
+void gs_lan_timers(int fd)
+{
+    static const struct { int opt; const char *env; } opts[] = {
+        {TCP_RTO_MIN_US, "GRIDSPLIT_LAN_RTO_MIN_US"},
+        {TCP_DELACK_MAX_US, "GRIDSPLIT_LAN_DELACK_MAX_US"},
+    };
+    int vals[] = {gs_lan_rto_min_us, gs_lan_delack_max_us};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        if (vals[i] <= 0)
+            continue;
+        if (setsockopt(fd, IPPROTO_TCP, opts[i].opt, &vals[i], sizeof vals[i]) < 0) {
+            /* Older kernel or a value under two jiffies: Linux's defaults stay,
+             * which is slower after a LAN loss, not wrong. Said once. */
+            static _Atomic int logged;
+            if (!atomic_exchange(&logged, 1) || gs_debug)
+                gs_log("%s=%d refused by the kernel (%s); relayed connections keep its "
+                       "default timers (needs Linux 6.15+)", opts[i].env, vals[i], strerror(errno));
+        }
+    }
+}
+
+/* ------------------------------------------------------------- constructor */
+
+static int env_int(const char *name, int def, int min)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < min || x > 24L * 3600 * 1000)
+        return def;
+    return (int)x;
+}
+
+__attribute__((constructor)) static void gs_init(void)
+{
+    gs_resolve_real();
+    const char *d = getenv("GRIDSPLIT_DEBUG");
+    gs_debug = d && *d && strcmp(d, "0") != 0;
+    gs_handshake_timeout_ms = env_int("GRIDSPLIT_TIMEOUT_MS", gs_handshake_timeout_ms, 1);
+    gs_accept_timeout_ms = env_int("GRIDSPLIT_ACCEPT_TIMEOUT_MS", gs_accept_timeout_ms, 1);
+    gs_lan_rto_min_us = env_int("GRIDSPLIT_LAN_RTO_MIN_US", gs_lan_rto_min_us, 0);
+    gs_lan_delack_max_us = env_int("GRIDSPLIT_LAN_DELACK_MAX_US", gs_lan_delack_max_us, 0);
+    pthread_atfork(NULL, NULL, gs_table_atfork_child);
+}
