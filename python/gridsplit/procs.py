@@ -104,3 +104,11 @@ def wait_gateway_link(admin: str, procs: Processes, timeout: float = 15) -> None
             pass
         time.sleep(0.1)
     raise GridsplitError(f"the gateways did not bring up their WAN link in {timeout:.0f} s")
+
+
+def zombie(pid: int) -> bool:
+    """Has `pid` exited without being reaped (or is it gone)? /proc/PID/stat's state field."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

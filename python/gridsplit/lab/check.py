@@ -13,10 +13,8 @@ numbers describe this machine's load, not the network, and the check fails.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
-import sys
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +24,8 @@ from .. import sysdeps
 from ..errors import GridsplitError
 from ..topology import Host
 from . import iperf
+from .pinger import ping
 from .realize import LabState
-from .sh import in_ns
 
 RTT_REL, RTT_ABS_MS = 0.02, 0.2
 THROUGHPUT_MIN = 0.95
@@ -43,16 +41,6 @@ STALL_US = 5000             # a single frame this late is reported as a stall
 # Bytes on the wire per TCP segment beyond its payload: Ethernet header 14, IPv4 20,
 # TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
 FRAME_OVERHEAD = 14 + 20 + 20 + 12
-
-def ping(ns: str, dst: str, count: int, interval: float) -> list[float]:
-    """RTT samples (ms, µs precision) from namespace `ns` to dst."""
-    cp = in_ns(ns, [sys.executable, "-m", "gridsplit.lab.pinger", dst, str(count), str(interval)],
-               check=False, timeout=count * interval + 15)
-    try:
-        return json.loads(cp.stdout)["rtt_ms"]
-    except (ValueError, KeyError):
-        raise GridsplitError(f"RTT probe from {ns} to {dst} failed: {(cp.stderr or cp.stdout).strip()[-200:]}") from None
-
 
 def representative(state: LabState, site: str) -> Host:
     hs = [h for h in state.topo.hosts() if h.site == site]

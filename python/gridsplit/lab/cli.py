@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import click
 from rich.table import Table
 
 from ..console import emit_json, out
 from ..errors import GridsplitError
-from .names import LabNames
+from ..machine import facts
+from ..topology import load_topology
+from . import counters as C
+from . import fault as F
 from . import realize
+from .check import diagnose, probe_schedule, render, run_check, summarize
+from .fault import active, describe
+from .mpi import launcher
+from .mpi import mpirun as run_mpi
+from .mpi import split_env
+from .names import LabNames
 
 
 def _names() -> LabNames:
@@ -54,8 +65,6 @@ def _scale(ctx, param, value):
 def _up_auto_scale(topology: str, nodes: int | None, gateways: bool, keep_failed: bool, say) -> realize.LabState:
     """`lab up --scale auto`: the topology's scale, doubled while this machine cannot hold
     its schedule (check.probe_schedule), then the lab stays up at the first that holds."""
-    from ..topology import load_topology
-    from .check import probe_schedule
     scale = load_topology(topology, nodes).scale
     attempt = 0
     while True:
@@ -70,7 +79,6 @@ def _up_auto_scale(topology: str, nodes: int | None, gateways: bool, keep_failed
                 f"late, CPU {probe['emulator']['cpu_percent']}%)")
             return state
         if attempt == AUTO_DOUBLINGS:  # the last scale stays, said plainly
-            from .check import diagnose
             what, todo = diagnose({"rtt": [], "throughput": probe["throughput"], "buffer": [],
                                    "emulator": probe["emulator"], "scale": scale})
             say(f"[yellow]no rate scale up to {scale:g} holds on this machine now: {what}[/yellow] {todo} "
@@ -127,7 +135,6 @@ def status(as_json: bool) -> None:
     state = realize.load_state(_names())
     stats = state.wanem_stats()
     alive = state.wanem_pid is not None and os.path.exists(f"/proc/{state.wanem_pid}")
-    from .fault import active, describe
     faults = active(state.names)
     if as_json:
         emit_json({"prefix": state.names.prefix, "created": state.data["created"], "topology": state.topo.to_dict(),
@@ -190,7 +197,6 @@ def exec_(host: str, cmd: tuple[str, ...]) -> None:
     """
     state = realize.load_state(_names())
     h = state.topo.host(host)
-    from .mpi import launcher
     cmd = cmd[1:] if cmd and cmd[0] == "--" else cmd
     if not cmd:
         raise GridsplitError("no command given; usage: gridsplit lab exec HOST -- CMD ARGS")
@@ -212,8 +218,6 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 
     Exits 3 if any measurement misses its bound, or if the emulator fell behind.
     """
-    from .check import run_check, render, summarize
-    from ..machine import facts
     state = realize.load_state(_names())
     say = None if as_json else (lambda m: _console().print(f"[dim]·[/dim] {m}"))
     machine = facts()
@@ -226,10 +230,8 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
     report["machine"] = machine
     report["topology_detail"] = state.topo.to_dict()
     if out:
-        import json as _json
-        from pathlib import Path as _P
-        _P(out).parent.mkdir(parents=True, exist_ok=True)
-        _P(out).write_text(_json.dumps({**report, "runs": runs if repeat > 1 else None}, indent=1))
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({**report, "runs": runs if repeat > 1 else None}, indent=1))
     if as_json:
         emit_json(report)
     else:
@@ -255,7 +257,6 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: str | None, direct: bool, timeout: float | None,
            poll: bool, prog: tuple[str, ...]) -> None:
     """Run a real MPI job across lab nodes: gridsplit lab mpirun -n 4 -- PROG ARGS."""
-    from .mpi import mpirun as run_mpi, split_env
     state = realize.load_state(_names())
     hs = [state.topo.host(x.strip()) for x in hosts.split(",")] if hosts else state.topo.nodes()
     prog = prog[1:] if prog and prog[0] == "--" else prog
@@ -279,7 +280,6 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
     gridsplit lab counters east-1 west-1 -- gridsplit lab mpirun -- ./gather
     gridsplit lab counters --interval 5
     """
-    from . import counters as C
     state = realize.load_state(_names())
     argv = list(args)
     hosts_part, cmd = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -335,7 +335,6 @@ def _timed(f):
 
 
 def _run_fault(kind: str, seconds: float | None, background: bool, target: str, params: dict, apply) -> None:
-    from . import fault as F
     names = _names()
     con = _console()
     rec, proc = F.start(names, kind, target, params, seconds, apply)
@@ -356,7 +355,6 @@ def _run_fault(kind: str, seconds: float | None, background: bool, target: str, 
 
 
 def _links_of(pair: str | None, site: str | None, seconds: float | None):
-    from . import fault as F
     state = realize.load_state(_names())
     F.check_seconds(seconds)
     return F.resolve_links(state, pair, site)
@@ -371,7 +369,6 @@ def blackout(pair: str | None, site: str | None, seconds: float, background: boo
     Blackhole routes in both routers: no link goes down, no ICMP error comes back.
     Example: gridsplit lab fault blackout --pair east:west --seconds 10
     """
-    from . import fault as F
     label, links = _links_of(pair, site, seconds)
     _run_fault("blackout", seconds, background, label, {"links": [w.name for w in links]},
                lambda st, fid, objs: F._blackout(st, fid, links, objs))
@@ -386,7 +383,6 @@ def loss(pair: str | None, site: str | None, percent: float, seconds: float, bac
 
     Example: gridsplit lab fault loss --pair east:west --percent 20 --seconds 5
     """
-    from . import fault as F
     if not 0 < percent <= 100:
         raise GridsplitError(f"--percent {percent:g}: give a loss over 0 and at most 100 (percent of packets)")
     label, links = _links_of(pair, site, seconds)
@@ -404,7 +400,6 @@ def delay(pair: str | None, site: str | None, add_ms: float, seconds: float, bac
     Frames already in flight keep their delay; the delay line never reorders.
     Example: gridsplit lab fault delay --pair east:west --add-ms 50 --seconds 5
     """
-    from . import fault as F
     label, links = _links_of(pair, site, seconds)
     room = min(10_000 - max(w.delay_ms_ab, w.delay_ms_ba) for w in links)
     if not 0 < add_ms <= room:
@@ -424,7 +419,6 @@ def kill_gateway(site: str, restart_after: float | None, background: bool) -> No
 
     Example: gridsplit lab fault kill-gateway --site east --restart-after 5
     """
-    from . import fault as F
     state = realize.load_state(_names())
     F.check_seconds(restart_after, "--restart-after")
     F._kill_gateway(state, site, [], check_only=True)
@@ -435,6 +429,5 @@ def kill_gateway(site: str, restart_after: float | None, background: bool) -> No
 @fault.command()
 def clear() -> None:
     """End every active fault now (restarts killed gateways)."""
-    from . import fault as F
     done = F.clear(_names())
     _console().print("\n".join(f"{F.describe(f)}: undone" for f in done) if done else "no active fault")

@@ -38,11 +38,13 @@ from typing import Any, Callable
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..procs import zombie
 from ..topology import WanLink
 from . import names as N
 from . import realize
 from .names import LabNames
 from .sh import ip_batch, list_netns, run, tc_batch
+from .undoers import is_undoer
 
 KINDS = ("blackout", "loss", "delay", "kill-gateway")
 # Routing rule priority, routing table and tc filter priority of fault N: FAULT_BASE + N
@@ -125,7 +127,7 @@ def active(names: LabNames) -> list[dict[str, Any]]:
     for f in data.get("faults", []):
         pid = f.get("undo_pid")
         out.append({**f, "remaining_s": None if f.get("ends_at") is None else round(max(f["ends_at"] - now, 0), 1),
-                    "undo_alive": bool(pid and _is_undoer(pid))})
+                    "undo_alive": bool(pid and is_undoer(pid))})
     return out
 
 
@@ -231,7 +233,7 @@ def _gateway_pid_alive(names: LabNames, site: str, pid: int | None) -> bool:
         if cmd:
             break
         time.sleep(0.01)
-    return str(names.state_dir / f"gw-{site}.toml").encode() in cmd.split(b"\0") and not realize._zombie(pid)
+    return str(names.state_dir / f"gw-{site}.toml").encode() in cmd.split(b"\0") and not zombie(pid)
 
 
 def _kill_gateway(state: realize.LabState, site: str, objs: list[dict], check_only: bool = False) -> int | None:
@@ -431,7 +433,7 @@ def clear(names: LabNames) -> list[dict[str, Any]]:
         if f["undo_alive"]:
             os.kill(f["undo_pid"], signal.SIGTERM)
             deadline = time.monotonic() + LOCK_WAIT + 15
-            while _is_undoer(f["undo_pid"]) and time.monotonic() < deadline:
+            while is_undoer(f["undo_pid"]) and time.monotonic() < deadline:
                 time.sleep(0.05)
         if undo(names, f["id"]) is not None or f["undo_alive"]:
             done.append(f)
@@ -441,25 +443,6 @@ def clear(names: LabNames) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------
 # undo processes
 # ---------------------------------------------------------------------------
-
-
-def _is_undoer(pid: int) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"gridsplit.lab.fault" in cmd and not realize._zombie(pid)
-
-
-def kill_undoers(data: dict[str, Any]) -> None:
-    """SIGKILL the faults' undo processes (for `lab down`), each checked to be one by its command line."""
-    for f in data.get("faults", []):
-        pid = f.get("undo_pid")
-        if pid and _is_undoer(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _undo_main(argv: list[str]) -> int:

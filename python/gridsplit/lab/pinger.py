@@ -6,7 +6,8 @@ echo requests on a raw socket and takes the receive time from the kernel
 (SO_TIMESTAMPNS), so samples carry the same precision ping's summary line has.
 
 Usage (as root, inside a namespace): python3 -m gridsplit.lab.pinger DST COUNT INTERVAL_S
-Prints one JSON object: {"dst":..., "sent":N, "rtt_ms":[...]}.
+Prints one JSON object: {"dst":..., "sent":N, "rtt_ms":[...]}. `ping()` runs it in a
+namespace and returns the samples.
 """
 
 from __future__ import annotations
@@ -19,7 +20,20 @@ import struct
 import sys
 import time
 
+from ..errors import GridsplitError
+from .sh import in_ns
+
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
+def ping(ns: str, dst: str, count: int, interval: float) -> list[float]:
+    """RTT samples (ms, µs precision) from namespace `ns` to dst."""
+    cp = in_ns(ns, [sys.executable, "-m", "gridsplit.lab.pinger", dst, str(count), str(interval)],
+               check=False, timeout=count * interval + 15)
+    try:
+        return json.loads(cp.stdout)["rtt_ms"]
+    except (ValueError, KeyError):
+        raise GridsplitError(f"RTT probe from {ns} to {dst} failed: {(cp.stderr or cp.stdout).strip()[-200:]}") from None
 
 
 def checksum(data: bytes) -> int:

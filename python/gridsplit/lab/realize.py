@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -27,16 +28,21 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
 from .. import sysdeps
 from ..errors import GridsplitError
-from ..gateway import lan_initrwnd, lan_mss
-from ..topology import GatewaySettings, Host, LabSettings, Topology, load_topology
+from ..gateway import ADMIN, GATEWAY_HOST_SYSCTLS, gateway_toml, lan_initrwnd, lan_mss, new_psk, nodes_conf
+from ..topology import PRESETS, GatewaySettings, Host, LabSettings, Topology, load_topology
 from . import names as N
+from ..procs import zombie
+from .undoers import kill_undoers
 from .names import LabNames
+from .pinger import ping
 from .sh import in_ns, ip_batch, list_netns, netns_pids, run, tc_batch
+from .tcptrace import remove_instances
 
 MTU_FRAME = 1514
 
@@ -275,8 +281,6 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
 
 
 def _topology_text(spec: str) -> str:
-    from importlib import resources
-    from ..topology import PRESETS
     if spec in PRESETS:
         return resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
     return Path(spec).read_text()
@@ -390,7 +394,6 @@ def gateway_host_sysctls(lab: LabSettings) -> dict[str, str]:
     """The gateway hosts' TCP settings: gateway.GATEWAY_HOST_SYSCTLS, as on a
     real gateway host; `[lab] pacing_ratio = "kernel"` leaves the pacing ratios
     at the kernel's defaults (to measure what they change)."""
-    from ..gateway import GATEWAY_HOST_SYSCTLS
     if lab.pacing_ratio == "kernel":
         return {k: x for k, x in GATEWAY_HOST_SYSCTLS.items() if "pacing" not in k}
     return dict(GATEWAY_HOST_SYSCTLS)
@@ -420,7 +423,6 @@ def gateway_rt_priority(topo: Topology) -> int:
 
 def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str], rt: int) -> dict[str, int]:
     """One gridsplitd per gateway host, sharing one fresh pre-shared key; `rt`: gateway_rt_priority(topo)."""
-    from ..gateway import gateway_toml, new_psk, nodes_conf
     psk = names.state_dir / "psk"
     new_psk(psk)
     (names.state_dir / "nodes.conf").write_text(nodes_conf(topo))  # the ranks' GRIDSPLIT_CONFIG (mpi.split_env)
@@ -436,7 +438,7 @@ def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: lis
     while pending and time.monotonic() < deadline:
         for site in list(pending):
             pid = pids[f"gw-{site}"]
-            if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+            if not Path(f"/proc/{pid}").exists() or zombie(pid):
                 tail = (names.state_dir / f"gw-{site}.log").read_text().strip().splitlines()
                 raise GridsplitError(f"gridsplitd on {site}-gw exited at start: {tail[-1] if tail else 'no output'}")
             st = gateway_status(names, site, quiet=True)
@@ -453,7 +455,6 @@ def _raise_nofile() -> None:
     """In spawn_gateway's child: a gateway holds one descriptor per flow, so give it
     deploy/gridsplitd.service's LimitNOFILE (1048576) where allowed (CAP_SYS_RESOURCE),
     else the hard limit; the inherited soft limit (often 1024) caps a lab's flows."""
-    import resource
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
     except (ValueError, OSError):
@@ -481,7 +482,6 @@ def _links_up(status: dict[str, Any]) -> int:
 
 def gateway_status(names: LabNames, site: str, quiet: bool = False) -> dict[str, Any] | None:
     """The /status JSON of a lab gateway (read from inside its namespace)."""
-    from ..gateway import ADMIN
     cp = in_ns(names.host_ns(f"{site}-gw"), [
         sys.executable, "-c",
         "import sys,urllib.request;sys.stdout.write(urllib.request.urlopen(sys.argv[1],timeout=3).read().decode())",
@@ -508,14 +508,13 @@ def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int, poll: bool
     waiting (a vCPU the host took, a late timer), which must stay in the
     measurements, not be taken off the configured delay. The median did that on
     a busy host: a lab came up 2 ms short on a 10 ms path (pings of 8.1 ms,
-    gathers faster than the physical bound; results/lab/2026-11-23-wanem-clock-pair).
+    gathers faster than the physical bound; docs/design/delay-line-and-fidelity.md).
     So the fastest of 50 probes, the choice that leaves the path least faster
     than configured. Idle probes still pay wake-ups that a loaded path does not:
     under an iperf3 flow, with idle CPUs halting, pings ran 0.06-0.10 ms under
     the configured 10 ms at their fastest (a 10th percentile: 0.08-0.13), inside
     `lab check`'s 0.2 ms bound.
     """
-    from .check import ping
     w = topo.wans[0]
     src = next(h for h in topo.hosts() if h.site == w.a)
     dst = next(h for h in topo.hosts() if h.site == w.b)
@@ -588,7 +587,7 @@ def down(names: LabNames) -> list[str]:
 def stop_pids(pids: list[int]) -> None:
     """SIGTERM, up to 3 s to exit, then SIGKILL for whatever is left (zombies count as gone)."""
     def alive(p: int) -> bool:
-        return Path(f"/proc/{p}").exists() and not _zombie(p)
+        return Path(f"/proc/{p}").exists() and not zombie(p)
 
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
@@ -602,13 +601,6 @@ def stop_pids(pids: list[int]) -> None:
         pids = [p for p in pids if alive(p)]
         if not pids:
             return
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _teardown(names: LabNames) -> list[str]:
@@ -625,7 +617,6 @@ def _teardown(names: LabNames) -> list[str]:
             pids.update(p for p in data.get("pids", {}).values() if isinstance(p, int))
             # Faults' undo processes go first and at once: what they would undo goes
             # with the namespaces, and they would only wait for the lock we hold.
-            from .fault import kill_undoers
             kill_undoers(data)
         except ValueError:
             pass
@@ -640,7 +631,6 @@ def _teardown(names: LabNames) -> list[str]:
             if names.owns_ns(d.name):
                 shutil.rmtree(d, ignore_errors=True)
     shutil.rmtree(names.state_dir, ignore_errors=True)
-    from .tcptrace import remove_instances
     remove_instances(names.prefix)
     still = [ns for ns in list_netns() if names.owns_ns(ns)]
     if still:

@@ -18,10 +18,20 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from .. import machine
 from ..bench.units import fmt_size, parse_size
 from ..console import emit_json, out
 from ..errors import GridsplitError
+from ..lab.names import LabNames
+from ..lab.realize import load_state
 from ..sysdeps import repo_root
+from ..topology import load_topology
+from . import advise as advice
+from . import measure as measuring
+from . import validate as validation
+from .advise import load_validation, shipped, summary_of
+from .collectives import ALGORITHMS, select
+from .plogp import KIND, ParamSet, read_kind
 
 # Outputs go under the current directory, never into the source tree.
 OUTDIR = Path("gridsplit-out/model")
@@ -32,8 +42,6 @@ def _con():
 
 
 def _state():
-    from ..lab.names import LabNames
-    from ..lab.realize import load_state
     return load_state(LabNames.from_env())
 
 
@@ -55,8 +63,6 @@ def _ints(text: str, what: str, lo: int) -> list[int]:
 
 
 def _params(path: str | None):
-    from .advise import shipped
-    from .plogp import ParamSet
     p = Path(path) if path else shipped("params.json")
     ps = ParamSet.load(p)
     ps.meta["source"] = str(path) if path else f"shipped with gridsplit ({p.name}, measured {ps.meta.get('date', '?')[:10]})"
@@ -95,17 +101,16 @@ def model() -> None:
 def measure(impl: str, pairs: str, max_size: str, ci: float, reps: int, refine: float, out: str | None, plot: bool,
             extra: str) -> None:
     """Measure L, os(m), or(m), g(m) on the lab's LAN, WAN and split paths (needs `gridsplit lab up`)."""
-    from .measure import default_out, measure as run
-    from .plots import fig1_plogp
+    from .plots import fig1_plogp  # matplotlib: loaded only by the commands that draw
     state = _state()
     ms = parse_size(max_size)
     if ms < 1024:
         raise GridsplitError(f"--max-size {max_size}: at least 1K, so that the bandwidth part of g(m) is measured")
     con = _con()
-    ps = run(state, impl, [p.strip() for p in pairs.split(",") if p.strip()], ms, ci, reps, refine,
+    ps = measuring.measure(state, impl, [p.strip() for p in pairs.split(",") if p.strip()], ms, ci, reps, refine,
              progress=lambda msg: con.print(f"[dim]·[/dim] {msg}"), extra_sizes=_sizes(extra) if extra.strip() else None)
     ps.meta["command"] = _command()
-    path = Path(out) if out else default_out(state, impl, OUTDIR)
+    path = Path(out) if out else measuring.default_out(state, impl, OUTDIR)
     ps.save(path)
     con.print(f"parameters written to {path}")
     _print_params(ps)
@@ -135,8 +140,6 @@ def _print_params(ps) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, gamma: float | None, as_json: bool) -> None:
     """Every algorithm of one operation for (P, m), fastest predicted first, with its Barchet-Estefanel and Mounié formula."""
-    from .advise import load_validation, shipped
-    from .collectives import ALGORITHMS, select
     ps = _params(params)
     p = ps.path(path_kind)
     m = parse_size(size)
@@ -178,10 +181,7 @@ def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, 
                    "and the --bench files), after a change to the models; rewrites DIR's report, summary and figures.")
 def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, modes, bench_files, out, rescore) -> None:
     """Run the modelled algorithms in the lab over (P, m) and score the predictions (needs `gridsplit lab up`)."""
-    from .measure import measure as run_measure
-    from .plogp import ParamSet
-    from .plots import fig1_plogp
-    from .validate import validate as run
+    from .plots import fig1_plogp  # matplotlib: loaded only by the commands that draw
     con = _con()
     progress = lambda msg: con.print(f"[dim]·[/dim] {msg}")
     if rescore:
@@ -196,7 +196,7 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
             raise GridsplitError(f"--modes: unknown mode {md!r}; use direct and/or split")
     pairs = ["lan"] + (["wan"] if "direct" in mode_list else []) + (["split"] if "split" in mode_list else [])
     if do_measure:
-        ps = run_measure(state, impl, pairs, 2000000, 0.05, 40, 0.10, progress, extra_sizes=_sizes(sizes))
+        ps = measuring.measure(state, impl, pairs, 2000000, 0.05, 40, 0.10, progress, extra_sizes=_sizes(sizes))
         ps.meta["command"] = _command()
         ps.save(outdir / "plogp.json")
         fig1_plogp(ps, outdir / "fig01-plogp.png")
@@ -210,7 +210,7 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
         ps = ParamSet.load(params)
         ps.meta["source"] = params
     bench = [Path(b) for b in bench_files] or _default_bench()
-    result = run(state, ps, impl, _ints(procs, "--procs", 2) if procs.strip() else [], _sizes(sizes), repeat, reps,
+    result = validation.validate(state, ps, impl, _ints(procs, "--procs", 2) if procs.strip() else [], _sizes(sizes), repeat, reps,
                  _ints(grid_nodes, "--grid-nodes", 1) if grid_nodes.strip() else [], mode_list, bench, _command(), progress)
     _write_validation(result, outdir, con)
 
@@ -221,9 +221,6 @@ def _default_bench() -> list[Path]:
 
 def _rescore(outdir: Path, params: str | None, bench_files: tuple[str, ...], con) -> None:
     """Scores a committed validation's raw runs again: the measurements stay, the models' answers change."""
-    from .. import machine
-    from .plogp import ParamSet
-    from .validate import analyse
     vfile = outdir / "validation.json"
     try:
         old = json.loads(vfile.read_text())
@@ -242,17 +239,15 @@ def _rescore(outdir: Path, params: str | None, bench_files: tuple[str, ...], con
     meta = {**meta, "git_rescored": machine.facts().get("git"),
             "rescored": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": _command(),
                          "bench": [str(b) for b in bench]}}
-    _write_validation(analyse(raw_lan, raw_grid, ps, meta, bench), outdir, con)
+    _write_validation(validation.analyse(raw_lan, raw_grid, ps, meta, bench), outdir, con)
 
 
 def _write_validation(result: dict, outdir: Path, con) -> None:
-    from .advise import summary_of
-    from .plots import validation_figures
-    from .validate import report_lines
+    from .plots import validation_figures  # matplotlib: loaded only by the commands that draw
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")
     (outdir / "summary.json").write_text(json.dumps(summary_of(result), indent=1) + "\n")
-    lines = report_lines(result)
+    lines = validation.report_lines(result)
     figs = validation_figures(result, outdir)
     (outdir / "README.md").write_text("\n".join(lines) + "\n\nFigures: " + ", ".join(f"[{f.name}]({f.name})" for f in figs) + "\n")
     for line in lines:
@@ -265,9 +260,7 @@ def _write_validation(result: dict, outdir: Path, con) -> None:
 @click.option("--out", type=click.Path(), default=None, help="PNG (parameters) or directory (validation) [next to FILE].")
 def plot(file: str, out: str | None) -> None:
     """Redraw Fig. 1 from a parameter file, or Figs. 2-10 from a validation.json (no lab needed)."""
-    from .plogp import KIND, ParamSet, read_kind
-    from .plots import fig1_plogp, validation_figures
-    from .validate import report_lines
+    from .plots import fig1_plogp, validation_figures  # matplotlib: loaded only by the commands that draw
     p = Path(file)
     d = read_kind(p, (KIND, "gridsplit-model-validation"), "a parameter file or a validation.json of `gridsplit model`",
                   "give one written by `gridsplit model measure` or `gridsplit model validate`")
@@ -276,7 +269,7 @@ def plot(file: str, out: str | None) -> None:
     else:
         for f in validation_figures(d, Path(out) if out else p.parent):
             _con().print(str(f))
-        for line in report_lines(d):
+        for line in validation.report_lines(d):
             _con().print(line, markup=False)
 
 
@@ -293,8 +286,6 @@ def plot(file: str, out: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def advise(topology, nodes, scale, size, ops, params, validation, as_json) -> None:
     """Direct vs split and which algorithm, for a two-site topology: expected times and how sure (no lab)."""
-    from ..topology import load_topology
-    from .advise import advise as run, load_validation, shipped, summary_of
     ps = _params(params)
     v = load_validation(Path(validation) if validation else shipped("validation.json"))
     if v["kind"] == "gridsplit-model-validation":
@@ -304,7 +295,7 @@ def advise(topology, nodes, scale, size, ops, params, validation, as_json) -> No
     m = parse_size(size)
     if m < 1:
         raise GridsplitError("--size must be at least 1 byte")
-    res = run(ps, v, topo, m, list(ops) or ["gather", "bcast", "alltoall"])
+    res = advice.advise(ps, v, topo, m, list(ops) or ["gather", "bcast", "alltoall"])
     if as_json:
         emit_json(res)
         return

@@ -9,6 +9,7 @@ model command reads.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -63,5 +64,4 @@ def measure(state: LabState, impl: str, kinds: list[str], max_size: int, ci: flo
 
 
 def default_out(state: LabState, impl: str, outdir: Path) -> Path:
-    import time
     return outdir / f"plogp-{time.strftime('%Y-%m-%d')}-{state.topo.name}-{impl}.json"

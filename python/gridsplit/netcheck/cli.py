@@ -8,9 +8,13 @@ from pathlib import Path
 
 import click
 
+from .. import sysdeps
 from ..console import emit_json, err
 from ..console import out as con
 from ..errors import GridsplitError
+from ..lab.names import LabNames
+from ..lab.realize import load_state
+from . import measure, render
 from .diagnose import DEFAULT_THRESHOLDS
 
 
@@ -67,7 +71,6 @@ def netcheck(use_lab, hosts_file, from_file, pairs, one_way, out, resume, count,
       gridsplit netcheck --resume nc.json
       gridsplit netcheck --from nc.json --png nc/ --reference ../shared/reference
     """
-    from . import measure, render
 
     modes = [m for m, on in (("--lab", use_lab), ("--hosts", hosts_file), ("--from", from_file)) if on]
     if len(modes) > 1:
@@ -97,9 +100,6 @@ def netcheck(use_lab, hosts_file, from_file, pairs, one_way, out, resume, count,
                                     congestion=congestion, keep_raw=Path(keep_raw) if keep_raw else None,
                                     iperf_args=tuple(shlex.split(iperf_args)))
         if use_lab:
-            from .. import sysdeps
-            from ..lab.names import LabNames
-            from ..lab.realize import load_state
             sysdeps.need_root("gridsplit netcheck --lab")
             sysdeps.need_tool("iperf3")
             target = measure.lab_target(load_state(LabNames.from_env()))

@@ -19,6 +19,7 @@ interrupted run can be resumed with --resume and skips what is done.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import time
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import GridsplitError
-from ..lab.check import FRAME_OVERHEAD
+from ..lab.check import FRAME_OVERHEAD, representative
+from ..machine import facts as machine_facts
 from .diagnose import DEFAULT_THRESHOLDS, diagnose, grid_status, summarize_iperf
 from .runner import Endpoint, LabRunner, Runner, SshRunner
 from .tuning import DEFAULT_HEADROOM, buffer_for, cell_advice, site_advice
@@ -76,7 +78,6 @@ class Target:
 
 
 def lab_target(state) -> Target:
-    from ..lab.check import representative
     topo = state.topo
     cands = {}
     for s in topo.sites:
@@ -256,7 +257,6 @@ class Session:
 
     def __init__(self, target: Target, settings: Settings, report: dict[str, Any] | None = None,
                  out: Path | None = None, progress: Callable[[str], None] = lambda m: None):
-        from ..machine import facts as machine_facts
         self.t, self.s, self.out, self.say = target, settings, out, progress
         old = report or {}
         self.report = {
@@ -384,7 +384,6 @@ class Session:
         for a, b in only:
             for x in (a, b):
                 if x not in sites:
-                    import difflib
                     close = difflib.get_close_matches(x, sites, n=1)
                     raise GridsplitError(f"--pairs: unknown site {x!r}" + (f" (did you mean {close[0]!r}?)" if close
                                                                           else f"; sites: {', '.join(sites)}"))

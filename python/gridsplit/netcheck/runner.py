@@ -5,7 +5,7 @@ runs a command on an Endpoint with a hard timeout, starts a background process
 there (the iperf3 server), reads the host's TCP facts, probes RTT, and can give
 a set of hosts buffers sized for a path for the length of one test. The lab
 runner does this with `ip netns exec` and the lab's own helpers
-(lab.sh.in_ns, lab.check.ping, lab.iperf.buffers); the ssh runner with
+(lab.sh.in_ns, lab.pinger.ping, lab.iperf.buffers); the ssh runner with
 OpenSSH in batch mode, so a host that asks for a password fails at once
 instead of waiting for one. Every remote command is also wrapped in
 coreutils' `timeout`, so a lost ssh connection cannot leave an iperf3 behind.
@@ -13,6 +13,7 @@ coreutils' `timeout`, so a lost ssh connection cannot leave an iperf3 behind.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import statistics
@@ -22,6 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from ..errors import GridsplitError
+from ..lab import iperf
+from ..lab.check import emulator_watch_begin, emulator_watch_end
+from ..lab.iperf import BUF_KEYS as keys  # the same four the lab raises, in the same order
+from ..lab.iperf import stop  # SIGTERM, wait, SIGKILL: the lab's own way of ending its children
+from ..lab.pinger import ping
 
 # The sysctls netcheck reads on every host: the buffer limits behind the
 # wizard gap, the congestion control, and the backlog of Guillier et al. 2006 §3.
@@ -124,7 +130,6 @@ class Runner:
         return None
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
-        from ..lab.iperf import stop  # SIGTERM, wait, SIGKILL: the lab's own way of ending its children
         stop(procs)
 
 
@@ -214,7 +219,6 @@ class LabRunner(Runner):
     def ping(self, src: Endpoint, dst: Endpoint, count: int, interval: float) -> dict[str, Any]:
         # The lab's prober keeps every sample at µs precision (iputils prints
         # 0.1 ms above 10 ms), which the median needs.
-        from ..lab.check import ping
         try:
             samples = ping(self.ns(src), dst.address, count, interval)
         except GridsplitError as e:
@@ -222,8 +226,6 @@ class LabRunner(Runner):
         return rtt_stats(samples, count)
 
     def health_begin(self) -> Any:
-        import os
-        from ..lab.check import emulator_watch_begin
         pid = self.state.wanem_pid
         if pid is None or not os.path.exists(f"/proc/{pid}"):
             return None
@@ -231,7 +233,6 @@ class LabRunner(Runner):
 
     def health_end(self, token: Any) -> dict[str, Any] | None:
         """Did the delay line keep its schedule? (lab.check's bound: <= 2 % of frames > 200 µs late)."""
-        from ..lab.check import emulator_watch_end
         if token is None:
             return None
         try:
@@ -241,7 +242,6 @@ class LabRunner(Runner):
 
     @contextmanager
     def tuned(self, hosts: list[Endpoint], nbytes: int) -> Iterator[dict[str, Any]]:
-        from ..lab import iperf
         with iperf.buffers(self.state, [self.state.topo.host(h.name) for h in hosts], nbytes):
             yield {"method": "sysctl", "tcp_rmem_max": nbytes, "tcp_wmem_max": nbytes}
 
@@ -286,7 +286,6 @@ class SshRunner(Runner):
             # kernel clamps it to rmem_max/wmem_max, which the record shows.
             yield {"method": "socket" if self.tune_mode == "socket" else "none", "window": nbytes}
             return
-        from ..lab.iperf import BUF_KEYS as keys  # the same four the lab raises, in the same order
         priv = ["sudo", "-n"] if self.tune_mode == "sudo-sysctl" else []
         how = " ".join([*priv, "sysctl"])
         saved: dict[Endpoint, list[str]] = {}
