@@ -466,6 +466,10 @@ static void cpu_gather(double **cpu, char **hosts)
 void bench_report(const bench_opts *o, const bench_result *res)
 {
     static int header_done;
+    /* Every rank's verdict has to reach the reporting rank. */
+    int all_bad = 0;
+    MPI_Reduce(&res->bad, &all_bad, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    const int verified = o->check ? all_bad == 0 : -1;
     double *cpu = NULL;
     char *hosts = NULL;
     cpu_gather(&cpu, &hosts);
@@ -501,7 +505,7 @@ void bench_report(const bench_opts *o, const bench_result *res)
                 printf("%18s", "-");
         }
         if (o->check)
-            printf("%10s", res->verified ? "pass" : "FAIL");
+            printf("%10s", verified ? "pass" : "FAIL");
         printf("\n");
     } else {
         printf("{\"op\":");
@@ -520,7 +524,7 @@ void bench_report(const bench_opts *o, const bench_result *res)
                 printf(",\"bandwidth_MBps\":null");
         }
         printf(",\"verified\":%s,\"cpu\":[",
-               res->verified < 0 ? "null" : res->verified ? "true" : "false");
+               verified < 0 ? "null" : verified ? "true" : "false");
         for (int r = 0; r < g_size; r++) {
             printf("%s{\"rank\":%d,\"host\":", r ? "," : "", r);
             bench_json_string(stdout, hosts + (size_t)r * HOST_LEN);

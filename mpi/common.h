@@ -111,11 +111,13 @@ typedef struct {
     const char *timing;   /* how a per-rep sample was taken (README.md) */
     size_t size;
     const double *samples; /* opts->reps timed samples, seconds */
-    int verified;          /* 1, 0, or -1 when --check was not given */
+    int bad;               /* this rank's reps that failed --check */
     int with_bandwidth;    /* pingpong: add bandwidth from the median */
 } bench_result;
 
-/* Rank 0 only: one JSON line, or one OSU-style row (header on first call). */
+/* Called by every rank: sums the ranks' `bad` counts into the --check
+ * verdict, then rank 0 prints one JSON line, or one OSU-style row (header on
+ * first call). */
 void bench_report(const bench_opts *o, const bench_result *res);
 
 /* Starts the CPU window that bench_report() reports per rank (bench_main

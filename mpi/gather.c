@@ -84,7 +84,7 @@ static int run_size(const bench_opts *o, size_t size)
         .timing = "root",
         .size = size,
         .samples = samples,
-        .verified = o->check ? bad == 0 : -1,
+        .bad = bad,
     };
     bench_report(o, &res);
     free(samples);

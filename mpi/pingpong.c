@@ -52,15 +52,12 @@ static int run_size(const bench_opts *o, size_t size)
             bad += !pattern_check(recvbuf, size, peer, k, 0, "receive");
     }
 
-    /* Rank 1's verdict has to reach the reporting rank. */
-    int all_bad = 0;
-    MPI_Reduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     bench_result res = {
         .op = "pingpong",
         .timing = "rtt_half",
         .size = size,
         .samples = samples,
-        .verified = o->check ? all_bad == 0 : -1,
+        .bad = bad,
         .with_bandwidth = 1,
     };
     bench_report(o, &res);

@@ -53,11 +53,12 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int read_full(int fd, void *buf, size_t n)
+/* Receives (sending == 0) or sends all n bytes of buf, retrying after EINTR;
+ * 0 when done, -1 on an error or when the peer closed first. */
+static int xfer_full(int fd, char *p, size_t n, int sending)
 {
-    char *p = buf;
     while (n > 0) {
-        ssize_t k = recv(fd, p, n, 0);
+        ssize_t k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -68,19 +69,15 @@ static int read_full(int fd, void *buf, size_t n)
     return 0;
 }
 
+static int read_full(int fd, void *buf, size_t n)
+{
+    return xfer_full(fd, buf, n, 0);
+}
+
 static int write_full(int fd, const void *buf, size_t n)
 {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    /* send() only reads the buffer: the cast drops const for the shared loop. */
+    return xfer_full(fd, (char *)buf, n, 1);
 }
 
 static struct sockaddr_in sockaddr_of(const char *ip, int port)
