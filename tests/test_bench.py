@@ -20,7 +20,7 @@ import pytest
 from conftest import PREFIX, gridsplit
 
 from gridsplit.bench.results import FULL_FRAME, read_rows, summarize
-from gridsplit.bench.sweep import attribute
+from gridsplit.bench.measure import attribute
 from gridsplit.lab import counters as C
 from gridsplit.lab.names import LabNames, sw_port
 from gridsplit.lab.realize import load_state, tbf_line

@@ -170,9 +170,7 @@ def _interrupt(signum, frame):
 @click.option("--a", "side_a", default="", metavar="KEY=VALUE,...",
               help=f"Side A: keys {', '.join(KEYS)}; empty: the topology's gateways and this checkout's gridsplitd.")
 @click.option("--b", "side_b", required=True, metavar="KEY=VALUE,...", help="Side B, as --a.")
-@click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
-              help="Preset or topology file; the lab is brought up (or reused) for it.")
-@click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
+@O.lab_topology
 @click.option("--nodes", "-n", default="4", show_default=True, callback=O.csv(O.count),
               help="Sender node counts, or all (as `bench gather --nodes`).")
 @click.option("--sizes", "-s", default="1M", show_default=True, callback=O.csv(units.parse_size),
@@ -180,10 +178,7 @@ def _interrupt(signum, frame):
 @click.option("--impl", "impls", default="openmpi", show_default=True, callback=O.csv(O.choice_list(IMPLS)))
 @click.option("--rounds", "-k", default=5, show_default=True, type=click.IntRange(2, 100),
               help="Rounds; each runs both sides, in alternating order.")
-@click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
-              help="Repetitions of the collective per run.")
-@click.option("--budget", default=15.0, show_default=True, type=click.FloatRange(0),
-              help="Cap reps so a run's ideal duration stays under this many seconds (0: never cap).")
+@O.reps_budget
 @click.option("--direct/--no-direct", default=True, show_default=True,
               help="Also run each point direct once per round, as the reference both sides are read against.")
 @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=O.rank_env,
@@ -191,8 +186,7 @@ def _interrupt(signum, frame):
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSONL result file (appended; a run with the same sides resumes). "
                    "Default: gridsplit-out/ab/DATE-TOPOLOGY-OP-A-vs-B.jsonl (under the current directory).")
-@click.option("--report/--no-report", "make_report", default=True, show_default=True,
-              help="Write the HTML report next to the result file at the end.")
+@O.report
 def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, budget, direct, rank_env, out,
        make_report):
     """Compare two gridsplitd builds or two gateway settings in alternating rounds.

@@ -75,3 +75,26 @@ def rank_env(ctx, param, values) -> dict[str, str]:
 
 def env_str(env: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)"
+
+
+# -- options every lab benchmark takes, declared once ------------------------------
+
+def lab_topology(f):
+    """--topology and --scale: the grid the lab is brought up (or reused) for."""
+    f = click.option("--scale", type=float, default=None,
+                     help="Override the topology's rate scale (see `lab up --scale`).")(f)
+    return click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
+                        help="Preset or topology file; the lab is brought up (or reused) for it.")(f)
+
+
+def reps_budget(f):
+    """--reps and --budget: repetitions of the collective per run, capped by a time budget."""
+    f = click.option("--budget", default=15.0, show_default=True, type=click.FloatRange(0),
+                     help="Cap reps so a run's ideal duration stays under this many seconds (0: never cap). "
+                          "The reps actually run are recorded.")(f)
+    return click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
+                        help="Repetitions per run (Alter and Glück: 200 gathers).")(f)
+
+
+report = click.option("--report/--no-report", "make_report", default=True, show_default=True,
+                      help="Write the HTML report next to the result file at the end.")

@@ -46,7 +46,7 @@ from . import options as O
 from . import units
 from .options import ALL_NODES
 from . import measure
-from .measure import Probe, attribute, tracers  # noqa: F401 (attribute: tests import it from here)
+from .measure import Probe, tracers
 from .report import build_report
 from .results import GOODPUT, SCHEMA, read_rows, render_summary, row_key, summarize
 
@@ -463,19 +463,13 @@ def make_command(op: str) -> click.Command:
     defaults = {"pingpong": ("1", "8,1K,10K,100K,1M")}.get(op, ("2,4,8,12,16,20", "1K,10K,100K,500K,1M,2M,10M"))
 
     @click.command(name=op)
-    @click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
-                  help="Preset or topology file; the lab is brought up (or reused) for it.")
-    @click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
+    @O.lab_topology
     @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=O.csv(O.count),
                   help="Sender node counts (on the first site; the root is on the second), or all: every node of "
                        "every site of the topology takes part (the root is the second site's first node).")
     @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=O.csv(units.parse_size),
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
-    @click.option("--reps", "-r", default=200, show_default=True, type=click.IntRange(1, 100000),
-                  help="Repetitions per run (Alter and Glück: 200 gathers).")
-    @click.option("--budget", default=15.0, show_default=True, type=click.FloatRange(0),
-                  help="Cap reps so a run's ideal duration stays under this many seconds (0: never cap). "
-                       "The reps actually run are recorded.")
+    @O.reps_budget
     @click.option("--modes", default="direct,split", show_default=True, callback=O.csv(O.choice_list(MODES)))
     @click.option("--impl", "impls", default="mpich,openmpi", show_default=True, callback=O.csv(O.choice_list(IMPLS)))
     @click.option("--repeat", "-k", default=1, show_default=True, type=click.IntRange(1, 100),
@@ -506,8 +500,7 @@ def make_command(op: str) -> click.Command:
     @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="JSONL result file (appended; existing points are skipped, so a sweep resumes). "
                        "Default: gridsplit-out/bench/DATE-TOPOLOGY-OP.jsonl (under the current directory).")
-    @click.option("--report/--no-report", "make_report", default=True, show_default=True,
-                  help="Write the HTML report next to the result file at the end.")
+    @O.report
     def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, streams,
             splits, rank_env, check, out, make_report):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)

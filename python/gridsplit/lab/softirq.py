@@ -23,7 +23,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .tcptrace import TRACEFS, make_instance, overruns, remove_instance
+from .tcptrace import TRACEFS, make_instance, missing_tracepoint, overruns, remove_instance
 
 EVENTS = ("irq/softirq_entry", "irq/softirq_exit")
 # `  gridsplitd-27410  [001] ..s1. 6093.123456: softirq_entry: vec=3 [action=NET_RX]`
@@ -61,10 +61,7 @@ class SoftirqClock:
 
     @staticmethod
     def available() -> str | None:
-        for ev in EVENTS:
-            if not (TRACEFS / "events" / ev).is_dir():
-                return f"tracepoint {ev} missing in this kernel (gateway CPU not split into process and softirq)"
-        return None
+        return missing_tracepoint(EVENTS, "gateway CPU not split into process and softirq")
 
     def start(self) -> None:
         make_instance(self.dir, self.buffer_kb)

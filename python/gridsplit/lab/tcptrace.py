@@ -109,13 +109,7 @@ class Trace:
     @staticmethod
     def available() -> str | None:
         """None if tracing works here, else why not (for a one-line note)."""
-        if not (TRACEFS / "instances").is_dir():
-            # Mounting tracefs is harmless and idempotent; systemd does it at boot.
-            subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True)
-        for ev in EVENTS:
-            if not (TRACEFS / "events" / ev).is_dir():
-                return f"tracepoint {ev} missing in this kernel (no per-connection attribution; counters attributed by host role)"
-        return None
+        return missing_tracepoint(EVENTS, "no per-connection attribution; counters attributed by host role")
 
     def start(self) -> None:
         make_instance(self.dir, self.buffer_kb)
@@ -139,6 +133,18 @@ class Trace:
 
     def close(self) -> None:
         remove_instance(self.dir, EVENTS)
+
+
+def missing_tracepoint(events, without: str) -> str | None:
+    """None if tracefs has every one of `events`, else a one-line note naming the
+    first missing one and what goes `without` it."""
+    if not (TRACEFS / "instances").is_dir():
+        # Mounting tracefs is harmless and idempotent; systemd does it at boot.
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True)
+    for ev in events:
+        if not (TRACEFS / "events" / ev).is_dir():
+            return f"tracepoint {ev} missing in this kernel ({without})"
+    return None
 
 
 def make_instance(path: Path, buffer_kb: int) -> None:
