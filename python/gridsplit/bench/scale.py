@@ -55,6 +55,7 @@ from gridsplit import machine
 from gridsplit.errors import GridsplitError
 from gridsplit.procs import Processes, wait_gateway_link
 from gridsplit.console import err, out
+from gridsplit.topology import STRATEGIES
 
 SCHEMA = "gridsplit.scale/1"
 ROOT = Path(__file__).resolve().parents[3]
@@ -595,7 +596,7 @@ def _ints(s: str) -> list[int]:
               help="RLIMIT_NOFILE (soft and hard) of every process started.")
 @click.option("--octet", type=click.IntRange(1, 254), default=21, show_default=True,
               help="Second octet K of the loopback sites 127.K.1.0/24 and 127.K.2.0/24.")
-@click.option("--strategy", type=click.Choice(["fifo", "aggregate", "fair"]), default="fair", show_default=True,
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="fair", show_default=True,
               help="The gateways' scheduling strategy.")
 @click.option("--threads", type=click.IntRange(1, 256), default=None,
               help="gridsplitd --threads (default: its own, 1).")
