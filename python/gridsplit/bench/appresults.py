@@ -134,16 +134,15 @@ def _n(x: float | None) -> str:
 # -- HTML ---------------------------------------------------------------------------------
 
 def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
-    metas, rows = [], []
-    for p in paths:
-        if not p.exists():
-            raise GridsplitError(f"{p}: no such result file")
-        for r in read_rows(p):
-            (metas if r.get("kind") == "meta" else rows).append(r)
-    rows = [r for r in rows if r.get("kind") == "app"]
-    if not rows:
+    """Meta rows and app runs of the result files."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise GridsplitError(f"{', '.join(missing)}: no such result file")
+    rows = [r for p in paths for r in read_rows(p)]
+    runs = [r for r in rows if r.get("kind") == "app"]
+    if not runs:
         raise GridsplitError(f"{', '.join(map(str, paths))}: no `bench app` runs in the file(s)")
-    return metas, rows
+    return [r for r in rows if r.get("kind") == "meta"], runs
 
 
 def fig_times(rows: list[dict], summary: list[dict], outdir: Path) -> str:

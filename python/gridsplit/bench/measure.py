@@ -83,25 +83,26 @@ def gw_cpu(cpu_s: float, softirq_s: float | None, window: float) -> dict[str, An
     return out
 
 
+def _started(cls, name: str, con: Console):
+    """A tracer of `cls` (Trace, SoftirqClock) started as `name`, or None with a note saying why not."""
+    why_not = cls.available()
+    if why_not:
+        con.print(f"[yellow]note:[/yellow] {why_not}")
+        return None
+    t = cls(name)
+    t.start()
+    return t
+
+
 @contextmanager
 def tracers(names: LabNames, split: bool, con: Console) -> Iterator[tuple[Trace | None, SoftirqClock | None]]:
     """The retransmission trace and (when split mode runs) the gateways' softirq clock,
     each started if this kernel has it (else a note says why not), and removed at the end."""
-    trace = sirq = None
-    why_not = Trace.available()
-    if why_not:
-        con.print(f"[yellow]note:[/yellow] {why_not}")
-    else:
-        trace = Trace(f"{names.prefix}-bench")
-        trace.start()
+    trace = _started(Trace, f"{names.prefix}-bench", con)
+    sirq = None
     try:
         if split:
-            why_not = SoftirqClock.available()
-            if why_not:
-                con.print(f"[yellow]note:[/yellow] {why_not}")
-            else:
-                sirq = SoftirqClock(f"{names.prefix}-bench-softirq")
-                sirq.start()
+            sirq = _started(SoftirqClock, f"{names.prefix}-bench-softirq", con)
         yield trace, sirq
     finally:
         if trace:

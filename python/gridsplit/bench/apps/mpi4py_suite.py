@@ -29,30 +29,22 @@ class Result(unittest.TextTestResult):
         super().addSuccess(test)
         outcomes.setdefault(test.id(), "passed")
 
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        outcomes[test.id()] = "failed"
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        outcomes[test.id()] = "failed"
-
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
-        outcomes[test.id()] = "skipped"
-
-    def addExpectedFailure(self, test, err):
-        super().addExpectedFailure(test, err)
-        outcomes[test.id()] = "xfail"
-
-    def addUnexpectedSuccess(self, test):
-        super().addUnexpectedSuccess(test)
-        outcomes[test.id()] = "failed"
-
     def addSubTest(self, test, subtest, err):
         super().addSubTest(test, subtest, err)
         if err is not None:
             outcomes[test.id()] = "failed"
+
+
+def _recorded(method: str, outcome: str):
+    def record(self, test, *args):
+        getattr(unittest.TextTestResult, method)(self, test, *args)
+        outcomes[test.id()] = outcome
+    return record
+
+
+for _method, _outcome in (("addFailure", "failed"), ("addError", "failed"), ("addSkip", "skipped"),
+                          ("addExpectedFailure", "xfail"), ("addUnexpectedSuccess", "failed")):
+    setattr(Result, _method, _recorded(_method, _outcome))
 
 
 class Runner(unittest.TextTestRunner):
