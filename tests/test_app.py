@@ -105,3 +105,23 @@ def test_app_both_modes_pass_fail_and_timeout(lab, tmp_path):
     line = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode != 0 and "Traceback" not in cp.stderr and len(line) == 1, cp.stderr
     assert "matched nothing" in line[0] and "elapsed" in line[0]
+
+
+def test_mpi4py_outcomes_and_their_diff(tmp_path):
+    """Per-rank outcomes merge worst-first, and a test whose outcome differs between modes is named."""
+    import json
+    from gridsplit.bench.apppresets import _mpi4py_outcomes
+    from gridsplit.bench.appresults import outcome_diff
+    for rank, outcomes in ((0, {"a": "passed", "b": "skipped", "c": "passed"}),
+                           (1, {"a": "passed", "b": "passed", "c": "failed"})):
+        (tmp_path / f"mpi4py-{rank}.json").write_text(json.dumps({"rank": rank, "outcomes": outcomes}))
+    got = _mpi4py_outcomes(tmp_path, 2)
+    assert got["tests"] == {"passed": ["a"], "failed": ["c"], "skipped": ["b"], "xfail": []}
+    assert got["verified"] is False and got["tests_ranks_reported"] == [0, 1]
+    assert _mpi4py_outcomes(tmp_path, 3)["verified"] is False  # a rank that reported nothing
+    same = {"passed": ["a", "b"], "failed": [], "skipped": ["c"], "xfail": []}
+    other = {"passed": ["a"], "failed": ["b"], "skipped": ["c"], "xfail": []}
+    d = outcome_diff([{"mode": "direct", "tests": same}], [{"mode": "split", "tests": same}])
+    assert d["identical"] and d["counts"]["passed"] == 2
+    d = outcome_diff([{"mode": "direct", "tests": same}], [{"mode": "split", "tests": other}])
+    assert not d["identical"] and d["differs"] == {"b": {"direct": ["passed"], "split": ["failed"]}}
