@@ -232,7 +232,7 @@ def run_one(state: realize.LabState, trace, sirq, app: App, impl: str, mode: str
         "command": list(app.argv), "env": dict(app.env),
         "status": status, "exit_status": None if timed_out else cp.returncode, "timeout_s": timeout,
         "wall_s": round(wall, 3), "app_time_s": t_app, "time_s": t_app if t_app is not None else round(wall, 3),
-        "verified": verified, "same": same, "figures": figures(app.figures, text), **extra,
+        "verified": verified, "pass_matched": passed, "same": same, "figures": figures(app.figures, text), **extra,
         "counters": probe.counters(mode), **probe.network(),
         "cpu": {**cpu_row(cpus, probe.gw_cpu_s() if mode == "split" else {}, probe.gw_softirq_s(), wall),
                 **probe.softirq_note()},
@@ -244,11 +244,12 @@ def run_one(state: realize.LabState, trace, sirq, app: App, impl: str, mode: str
 def check_patterns(row: dict[str, Any], app: App, patterns: dict[str, re.Pattern | None], text_hint: str) -> None:
     """The first run that ends well establishes the patterns: one that matches nothing there is a bad pattern."""
     for key, flag, found in (("time", "--time-pattern", row["app_time_s"] is not None),
-                             ("pass", "--pass-pattern", row["verified"] is not False),
+                             ("pass", "--pass-pattern", row["pass_matched"] is not False),
                              ("same", "--same-pattern", bool(row["same"]))):
         rx = patterns[key]
         if rx is not None and not found:
-            raise GridsplitError(f"{flag} {rx.pattern!r} matched nothing in the output of {app.name} "
+            what = f"preset {app.preset}'s {flag[2:]}" if app.preset else flag
+            raise GridsplitError(f"{what} {rx.pattern!r} matched nothing in the output of {app.name} "
                                  f"({row['mode']}, exit 0); its last line: {text_hint!r}")
 
 
