@@ -4,7 +4,8 @@ measure   pLogP parameters of the lab's LAN, WAN and split paths (mpi/plogp.c)
 predict   the models of Tables 1-3 for one (op, P, m), fastest first
 validate  run the modelled algorithms (mpi/collalgo.c) in the lab and score the models
 plot      redraw figures from saved parameter or validation files (no lab)
-advise    direct vs split, which algorithm, how sure: from saved files, no lab
+advise    per site pair, split or direct (split model), which algorithm (pLogP), how sure: no lab
+validate-split  score the split model against committed bench results, no lab
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..sysdeps import repo_root
 from ..topology import load_topology
 from . import advise as advice
 from . import measure as measuring
+from . import splitadvise, splitmodel, splitvalidate
 from . import validate as validation
 from .advise import load_validation, shipped, summary_of
 from .collectives import ALGORITHMS, select
@@ -278,36 +280,87 @@ def plot(file: str, out: str | None) -> None:
 @click.option("--nodes", "-n", type=click.IntRange(1, 250), default=None, help="Nodes of the topology's variable site.")
 @click.option("--scale", type=float, default=None, help="Rate scale of the topology (as `lab up --scale`) [the topology's own].")
 @click.option("--size", required=True, help="m: bytes per rank (K/M suffixes, powers of ten).")
-@click.option("--op", "ops", multiple=True, type=click.Choice(["gather", "bcast", "alltoall"]),
-              help="Operations to advise on [all three].")
-@click.option("--params", type=click.Path(dir_okay=False), default=None, help="Parameter file [shipped defaults].")
+@click.option("--op", "ops", multiple=True, metavar="OP",
+              help=f"Operations to advise on: {', '.join(splitmodel.OPS)} [gather, bcast, alltoall].")
+@click.option("--impl", default="openmpi", show_default=True, metavar="LIB", help="MPI library: openmpi or mpich.")
+@click.option("--params", type=click.Path(dir_okay=False), default=None, help="pLogP parameter file [shipped defaults].")
 @click.option("--validation", type=click.Path(dir_okay=False), default=None,
-              help="validation.json or summary.json for gamma and error bands [shipped].")
-@click.option("--json", "as_json", is_flag=True)
-def advise(topology, nodes, scale, size, ops, params, validation, as_json) -> None:
-    """Direct vs split and which algorithm, for a two-site topology: expected times and how sure (no lab)."""
-    ps = _params(params)
-    v = load_validation(Path(validation) if validation else shipped("validation.json"))
-    if v["kind"] == "gridsplit-model-validation":
-        v = summary_of(v)
-    v["source"] = validation or "shipped with gridsplit"
+              help="pLogP validation.json or summary.json for gamma and error bands [shipped].")
+@click.option("--split-validation", type=click.Path(dir_okay=False), default=None,
+              help="`model validate-split` result or summary for the split model's error bands [shipped].")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable answer (docs/model.md §5.4; `version` field).")
+def advise(topology, nodes, scale, size, ops, impl, params, validation, split_validation, as_json) -> None:
+    """Per site pair, split or direct (the split model, any number of sites), and which algorithm (pLogP) (no lab)."""
     topo = load_topology(topology, nodes, scale)
     m = parse_size(size)
     if m < 1:
         raise GridsplitError("--size must be at least 1 byte")
-    res = advice.advise(ps, v, topo, m, list(ops) or ["gather", "bcast", "alltoall"])
+    ops = [o.strip() for op in ops for o in op.split(",") if o.strip()] or ["gather", "bcast", "alltoall"]
+    for op in ops:
+        if op not in splitmodel.OPS:
+            raise GridsplitError(f"--op {op}: the split model does not cover it (it covers {', '.join(splitmodel.OPS)}); "
+                                 f"measure it direct and split side by side with `gridsplit bench` on your grid")
+    if impl not in splitmodel.IMPLS:
+        raise GridsplitError(f"--impl {impl}: unknown to the model (it knows {', '.join(splitmodel.IMPLS)}); its eager "
+                             f"limit sets the round trips, measure them with `gridsplit model measure --impl`")
+    bands = splitadvise.load_bands(Path(split_validation) if split_validation else None)
+    pairs = splitadvise.pair_cells(topo, ops, m, impl, bands)
+    notes = splitadvise.outside(topo, m, None, bands["ranges"])
+    if impl not in bands.get("impls", []):
+        notes.append(f"impl {impl} was not in the validation; `gridsplit bench gather --impl {impl}` measures it")
+    plogp_ops = [op for op in ops if op in advice.OP_ALGOS]
+    res: dict = {}
+    if plogp_ops:
+        ps = _params(params)
+        v = load_validation(Path(validation) if validation else shipped("validation.json"))
+        if v["kind"] == "gridsplit-model-validation":
+            v = summary_of(v)
+        v["source"] = validation or "shipped with gridsplit"
+        res = advice.advise(ps, v, topo, m, plogp_ops)
+        pair = next(p for p in pairs if set(p["sites"]) == {res["root_site"], res["remote_site"]})
+        for a in res["answers"]:
+            c = next(x for x in pair["ops"] if x["op"] == a["op"])
+            a["verdict"] = _split_verdict(c)
+    res = {"kind": splitadvise.ADVICE_KIND, "version": splitadvise.ADVICE_VERSION, "topology": topo.name,
+           "scale": topo.scale, "size": m, "impl": impl, **res, "pairs": pairs, "split_model": {"notes": notes},
+           "validation_split": {"date": bands.get("date"), "source": split_validation or "shipped with gridsplit",
+                                **bands["overall"]}}
     if as_json:
         emit_json(res)
         return
+    _print_advice(res, m)
+
+
+def _split_verdict(c: dict) -> dict:
+    r, b = c["split_over_direct"], c["band"]
+    return {"split_over_direct": r, "split_helps": c["split"], "confident": c["confident"], "band": b["p90"],
+            "model": "splitmodel", "text": (f"split model: {'split' if c['split'] else 'stay direct'}, split/direct = "
+                                            f"{r:.2f} (90 % of validated cells within ±{b['p90']:.2f}"
+                                            f"{'' if b['validated'] else '; this op not validated'})")}
+
+
+def _print_advice(res: dict, m: int) -> None:
     con = _con()
-    con.print(f"[bold]{res['topology']}[/bold] (scale {res['scale']:g}): root on {res['root_site']}, "
-              f"{res['nodes']} nodes on {res['remote_site']}, m = {fmt_size(m)} per rank")
-    for n in res["notes"]:
-        con.print(f"[yellow]note:[/yellow] {n} (extrapolated: error bands widened by 25 points)")
     fmt_t = lambda s: f"{s * 1e3:.2f} ms" if s < 10 else f"{s:.1f} s"
+    con.print(f"[bold]{res['topology']}[/bold] (scale {res['scale']:g}), m = {fmt_size(m)} per rank, {res['impl']}")
+    for n in res["split_model"]["notes"]:
+        con.print(f"[yellow]note:[/yellow] {n}")
+    t = Table("sites", "op", "direct", "split", "split/direct (90 % band)", "advice", "WAN streams K",
+              title="split or direct, per site pair (split model)")
+    for p in res["pairs"]:
+        for c in p["ops"]:
+            lo, hi = c["range"]
+            band = f"{c['split_over_direct']:.2f} ({lo:.2f}-{hi:.2f})" + ("" if c["band"]["validated"] else " not validated")
+            advice_txt = ("[green]split[/green]" if c["split"] else "direct") + ("" if c["confident"] else " (within band)")
+            t.add_row(" – ".join(p["sites"]), c["op"], fmt_t(c["direct_s"]), fmt_t(c["split_s"]), band, advice_txt,
+                      str(c["streams"]) if c["streams"] else "-")
+    con.print(t)
+    for n in res.get("notes", []):
+        con.print(f"[yellow]note:[/yellow] {n} (pLogP parameters extrapolated: their error bands widened by 25 points)")
     band = lambda c: "-" if c["error_median"] is None else f"±{100 * c['error_median']:.0f} % (worst {100 * c['error_max']:.0f} %)"
-    for a in res["answers"]:
-        t = Table("mode", "algorithm", "expected", "error band (validation)", "notes", title=a["op"])
+    for a in res.get("answers", []):
+        t = Table("mode", "algorithm", "expected (pLogP)", "error band (validation)", "notes",
+                  title=f"{a['op']}: which algorithm, root on {res['root_site']}, {res['nodes']} nodes on {res['remote_site']}")
         for c in a["candidates"]:
             star = "[bold]" if c is a["best"] else ""
             note = (c["detail"] + "; " if c["detail"] else "") + ("" if c["validated"] else "model only, not validated")
@@ -317,9 +370,38 @@ def advise(topology, nodes, scale, size, ops, params, validation, as_json) -> No
                 note = f"γ = {c['gamma']:.2f}; " + note
             t.add_row(c["mode"], star + c["algo"], fmt_t(c["seconds"]), band(c), note.strip("; "))
         con.print(t)
-        if a["verdict"]:
-            con.print(f"  → {a['verdict']['text']}")
-        b = a["best"]
-        con.print(f"  → use {b['algo']} ({b['mode']}): {fmt_t(b['seconds'])}")
-    con.print(f"[dim]parameters: {res['params']['source']}; validation: {res['validation']['source']} "
-              f"({res['validation']['date'][:10]})[/dim]")
+        con.print(f"  → {a['verdict']['text']}")
+        b = a["best_by_mode"].get("split" if a["verdict"]["split_helps"] else "direct", a["best"])
+        con.print(f"  → use {b['algo']} ({b['mode']}): {fmt_t(b['seconds'])} (pLogP)")
+    v = res["validation_split"]
+    con.print(f"[dim]split model validation: {v['source']} ({str(v['date'])[:10]}): decisions right in "
+              f"{100 * v['decision_accuracy']:.0f} % of {v['cells']} cells, median error {v['median_abs_error']:.2f}"
+              + (f"; pLogP parameters: {res['params']['source']}" if "params" in res else "") + "[/dim]")
+
+
+@model.command("validate-split")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Output directory [gridsplit-out/model/DATE-split].")
+def validate_split(files, out) -> None:
+    """Score the split model against committed `gridsplit bench` results (no lab) [the files of issue 22].
+
+    Writes validation.json (every cell), summary.json (what `advise` quotes) and README.md.
+    """
+    if files:
+        paths = [Path(f) for f in files]
+    else:
+        root = repo_root()
+        if root is None:
+            raise GridsplitError("no result files given and not in a gridsplit checkout; give `gridsplit bench` JSONL files")
+        paths = [root / f for f in splitvalidate.DEFAULT_FILES]
+    result = splitvalidate.validate(paths, _command())
+    outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-split"
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")
+    (outdir / "summary.json").write_text(json.dumps(splitvalidate.bands(result), indent=1) + "\n")
+    lines = splitvalidate.report_lines(result)
+    (outdir / "README.md").write_text("\n".join(lines) + "\n")
+    for line in lines[:16]:
+        _con().print(line, markup=False)
+    _con().print(f"results in {outdir}/ (validation.json, summary.json, README.md)")

@@ -14,7 +14,7 @@ gateways) and the four things splitting changes, each a term of its own:
   connection that lost it (WAN RTT direct, LAN RTT on a split LAN leg), or by a
   timeout (RTO_MIN) when its window is too small for three duplicate ACKs;
 * slow start (`slow_start_s`): a connection opens IW segments and doubles per
-  RTT; direct connections restart cold after an idle longer than their RTO,
+  RTT; a direct connection idle for longer than its RTO halves its window per RTO,
   the gateways' WAN links never do (tcp_slow_start_after_idle = 0);
 * random WAN loss (`mathis_mbps`): one connection per rank pair direct, K
   striped connections per split link (gateway.wan_streams).
@@ -44,6 +44,9 @@ DUPACK_WINDOW = 4 * MSS          # a lost segment needs three behind it for fast
 RTO_MIN = 0.2                    # Linux's minimum retransmission timeout, s
 RELAY_S = 110e-6                 # one crossing through the two gateways (relay-latency.md: 0.10-0.12 ms)
 OPS = ("gather", "bcast", "alltoall", "pingpong")
+# Split is advised below this predicted split/direct: a gain smaller than the model's median
+# error in its validation (results/model/2026-11-26-split) is not one to deploy gateways for.
+DECIDE_BELOW = 0.95
 # MPI library facts the model needs (docs/model.md §5.2): the largest message sent eagerly,
 # whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields),
 # and whether the library's gather is a binomial tree (MPICH) or linear (Open MPI).
@@ -65,10 +68,12 @@ class Job:
     impl: str = "openmpi"
     streams: int | None = None   # WAN connections per split link; None: the topology's or gateway.wan_streams
     senders: int | None = None   # gather/bcast: nodes of the bigger site taking part (None: all)
+    poll: bool | None = None     # ranks busy-poll; None: the library's habit (IMPLS)
 
     @property
     def lib(self) -> dict:
-        return IMPLS[self.impl]
+        lib = IMPLS[self.impl]
+        return lib if self.poll is None else {**lib, "poll": self.poll}
 
     @property
     def rendezvous(self) -> bool:
@@ -111,16 +116,30 @@ def recovery_s(window: float, rtt: float) -> float:
     return rtt if window >= DUPACK_WINDOW else max(RTO_MIN, rtt)
 
 
-def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:
-    """Idle time slow start adds to sending `volume` over `flows` connections that open with
-    `w0` bytes each and double per RTT, on a path of `rate` and `rtt`: in each round before
-    the pipe (rate x rtt) is full, the part of the round trip the window does not fill."""
-    pipe, w, sent, idle = rate * rtt, flows * w0, 0.0, 0.0
+def restart_window(window: float, idle: float, rtt: float) -> float:
+    """The window a connection resumes with after `idle` seconds (Linux, slow start after
+    idle): halved once per RTO elapsed (the RTO being about the RTT plus RTO_MIN), never
+    below the initial window; untouched after an idle shorter than one RTO."""
+    halvings = int(idle // (RTO_MIN + rtt))
+    return max(float(IW), window / 2 ** min(halvings, 30)) if halvings else window
+
+
+def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) -> float:
+    """Idle time a window below the pipe (rate x rtt) adds to sending `volume`: in each round
+    trip before the window fills the pipe, the part of the round trip it leaves empty. The
+    window doubles per round trip (slow start), or grows by `add` bytes (congestion avoidance
+    after a loss: one segment per connection per round trip)."""
+    pipe, w, sent, idle = rate * rtt, w0, 0.0, 0.0
     while w < pipe and sent + w < volume:   # a round that sends the rest ends the transfer
         idle += rtt - w / rate
         sent += w
-        w *= 2
+        w = w + add if add else 2 * w
     return idle
+
+
+def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:
+    """Idle time slow start adds to `flows` connections opening with `w0` bytes each (ramp_s)."""
+    return ramp_s(volume, flows * w0, rate, rtt)
 
 
 def steady_rate(rate: float, rtt: float, limit: float, flows: int, bursty: bool = False) -> float:
@@ -242,19 +261,29 @@ def one_to_many(topo: Topology, job: Job, split: bool, gather: bool) -> dict:
         buf = one.switch_buffer_bytes
         limit = port_window(buf, rate, rtt, arrival, bursty)
         sustained = random_loss_rate(steady_rate(rate, rtt, limit, flows, bursty), vol, rtt, loss, flows)
+        # What fits in the port's loss-free window goes at the path's rate; the rest at the sustained one.
+        fits = min(vol, limit)
+        transfer = fits / rate + (vol - fits) / sustained
         warm = max(IW, (limit if math.isfinite(limit) else rate * rtt) / flows)
-        # Idle restart: a repetition longer than the RTO leaves every connection cold.
-        cold = lat + vol / sustained > RTO_MIN + rtt
-        ss = slow_start_s(vol, flows, IW if cold else warm, rate, rtt)
+        # Idle restart: a sender is idle while the others finish; past an RTO its window halves.
+        idle = transfer * (1 - 1 / flows) + lat
+        w0 = restart_window(warm, idle, rtt)
+        cold = w0 < warm
+        ss = slow_start_s(vol, flows, w0, rate, rtt)
         rounds, rec = 0, 0.0
         for i, part in enumerate(phases(job)):
             per = [part * s for s in shares]
-            start = IW if (cold and i == 0) else warm
+            start = w0 if i == 0 else warm
             flight = sum(min(p, start) for p in per)
             r = burst_rounds(flight, buf, rate, arrival)
             rounds += r
             rec += r * recovery_s(min(max(per), start), rtt)
-        parts = {"latency": lat, "transfer": vol / sustained, "slow_start": ss, "incast": rec}
+            if r:
+                # The recovery cut the windows by BETA (once per episode, however many rounds) and
+                # left ssthresh there: they regrow by one segment per connection per WAN round trip
+                # to what the port sustains.
+                rec += ramp_s(sum(per), flight * BETA, sustained, rtt, flows * MSS)
+        parts = {"latency": lat, "transfer": transfer, "slow_start": ss, "incast": rec}
         return {"seconds": sum(parts.values()), "parts": parts, "rate_Bps": sustained, "flows": flows,
                 "cold": cold, "loss_rounds": rounds}
     # Split: n LAN flows into (or out of) one gateway, one warm WAN link of K streams, the far LAN leg.
@@ -269,65 +298,118 @@ def one_to_many(topo: Topology, job: Job, split: bool, gather: bool) -> dict:
         # No LAN clamps: the senders' windows meet at the gateway's port, recovered at LAN RTT.
         lim = port_window(many.switch_buffer_bytes, Bps(many.gateway_nic_mbps), LAN_RTT_S, nic_many, bursty)
         stages["lan_many"] = steady_rate(stages["lan_many"], LAN_RTT_S, lim, n, bursty)
-    stages["wan"] = random_loss_rate(stages["wan"], vol, rtt, loss, k)
+    cap = stages["wan"]
+    stages["wan"] = random_loss_rate(cap, vol, rtt, loss, k)
+    mathis_binds = stages["wan"] < cap * 0.999
     bottleneck = min(stages, key=stages.get)
     rate = stages[bottleneck]
-    parts = {"latency": lat, "relay": RELAY_S * crossings, "transfer": vol / rate, "slow_start": 0.0, "incast": 0.0}
+    # The link delivers in order (striped lanes are reassembled by piece number): each random loss
+    # holds what follows for the lane's fast retransmit, one WAN RTT, and the far LAN leg, the
+    # bottleneck, idles meanwhile. (Where the WAN itself is the bottleneck, Mathis counts it.)
+    stall = 0.0 if mathis_binds else vol / MSS * loss * rtt
+    parts = {"latency": lat, "relay": RELAY_S * crossings, "transfer": vol / rate, "slow_start": 0.0,
+             "incast": 0.0, "loss_stall": stall}
     return {"seconds": sum(parts.values()), "parts": parts, "rate_Bps": rate, "bottleneck": bottleneck, "streams": k}
 
 
+def ranks_of(topo: Topology) -> list[Site]:
+    """The site of each rank of an all-node job as `gridsplit bench` places it: rank 0 on the
+    second site's first node, then every other node in the topology's order."""
+    order = [s for s in topo.sites for _ in range(s.nodes)]
+    if len(topo.sites) > 1 and topo.sites[1].nodes:
+        order.remove(topo.sites[1])
+        order.insert(0, topo.sites[1])
+    return order
+
+
+def _path(topo: Topology, a: Site, b: Site, split: bool, i: int = 0, j: int = 0) -> list[tuple[str, float]]:
+    """The (resource, payload rate) a byte from rank i (a node of `a`) to rank j (of `b`) crosses."""
+    res = [(f"rank {i} NIC out", Bps(a.nic_mbps)), (f"rank {j} NIC in", Bps(b.nic_mbps))]
+    if a.name == b.name:
+        return res
+    res.append((f"WAN {a.name}->{b.name}", Bps(topo.wan(a.name, b.name).rate_mbps)))
+    if split:
+        # One NIC per gateway: in from the nodes and out to the WAN at a, in from the WAN and out to the nodes at b.
+        res += [(f"{x.name} gateway NIC {d}", Bps(x.gateway_nic_mbps)) for x in (a, b) for d in ("in", "out")]
+    return res
+
+
+def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: float, volume: float,
+              idle: float = 0.0) -> float:
+    """Seconds for one rank pair's message once its step starts: the protocol's crossings, the
+    bytes at the pair's share of its path, slow start of a cold direct WAN connection, the
+    relayed flow's window over the WAN RTT, random loss (Mathis) per connection or stream."""
+    if a.name == b.name:
+        return LAN_RTT_S * (1.5 if job.rendezvous else 0.5) + volume / share
+    w = topo.wan(a.name, b.name)
+    rtt = w.rtt_ms / 1e3
+    lat = rtt * (1.5 if job.rendezvous else 0.5)
+    if split:
+        rate = min(share, topo.gateways.per_flow_buffer / rtt)
+        rate = random_loss_rate(rate, volume, rtt, w.loss, streams_for(topo, a, b, job))
+        return lat + RELAY_S * (3 if job.rendezvous else 1) + volume / rate
+    rate = random_loss_rate(share, volume, rtt, w.loss, 1)
+    w0 = restart_window(rate * rtt, idle, rtt)
+    # Steps are not aligned: the first flight meets the previous step's flow still draining
+    # into the receiver's port (two flows at its rate), so the port queues all of it.
+    port = Bps(b.nic_mbps)
+    lost = burst_rounds(min(w0, volume), b.switch_buffer_bytes, port, 2 * port)
+    return lat + slow_start_s(volume, 1, w0, rate, rtt) + volume / rate + lost * recovery_s(w0, rtt)
+
+
 def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
-    """An all-to-all of every node of the grid, `job.size` bytes per ordered rank pair, with
-    the site pairs in `split` relayed: the busiest NIC direction or WAN link sets the time
-    (`rates` counts each relayed byte on both legs of a one-NIC gateway), plus the latency
-    rounds of the farthest pair and, for the direct flows, the incast rounds at a node's port."""
-    m = job.size
+    """MPI_Alltoall of every node of the grid, `job.size` bytes per ordered rank pair, with the
+    site pairs in `split` relayed. Above the eager limit both libraries run the pairwise
+    exchange: P-1 steps, in step k rank i sends to i+k and receives from i-k, and a step ends
+    with its slowest pair. A pair's share of a resource is its rate over the step's pairs
+    that cross it, so a one-NIC gateway carries each relayed byte of a step twice per
+    direction when its site both sends and receives across. Below the limit every message
+    leaves at once: the busiest resource of the whole exchange, plus the farthest pair's
+    crossing, plus the incast rounds at a node's port (one burst per remote site, since
+    sites at other distances arrive at other times)."""
+    ranks = ranks_of(topo)
+    P = len(ranks)
+    if P < 2:
+        raise GridsplitError(f"topology {topo.name!r} has one node: an all-to-all needs two ranks or more")
+    relay = lambda a, b: a.name != b.name and frozenset((a.name, b.name)) in split
+    rtt_max = max((w.rtt_ms / 1e3 for w in topo.wans if topo.site(w.a).nodes and topo.site(w.b).nodes), default=LAN_RTT_S)
+    steps = [[(i, (i + k) % P) for i in range(P)] for k in range(1, P)]
+    path = lambda i, j: _path(topo, ranks[i], ranks[j], relay(ranks[i], ranks[j]), i, j)
+    if job.rendezvous:
+        # Each pair's connection carries one message per repetition: idle for the other P-2 steps.
+        idle = (P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max)
+        total = 0.0
+        for step in steps:
+            users: dict[str, int] = {}
+            for i, j in step:
+                for r, _ in path(i, j):
+                    users[r] = users.get(r, 0) + 1
+            times = []
+            for i, j in step:
+                share = min(rate / users[r] for r, rate in path(i, j))
+                times.append(_transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]), share, job.size, idle))
+            total += max(times)
+        parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": total, "slow_start": 0.0, "incast": 0.0}
+        return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "pairwise", "steps": P - 1}
     load: dict[str, float] = {}
     rate: dict[str, float] = {}
-
-    def add(res: str, bps: float, nbytes: float) -> None:
-        load[res] = load.get(res, 0.0) + nbytes
-        rate[res] = bps
-
-    for a in topo.sites:
-        for b in topo.sites:
-            pairs = a.nodes * (b.nodes - (1 if a.name == b.name else 0))
-            if pairs <= 0:
-                continue
-            per_node_tx, per_node_rx = m * pairs / a.nodes, m * pairs / b.nodes
-            add(f"{a.name} node NIC out", Bps(a.nic_mbps), per_node_tx)
-            add(f"{b.name} node NIC in", Bps(b.nic_mbps), per_node_rx)
-            if a.name == b.name:
-                continue
-            w = topo.wan(a.name, b.name)
-            add(f"WAN {a.name}->{b.name}", Bps(w.rate_mbps), m * pairs)
-            if frozenset((a.name, b.name)) in split:
-                # One NIC per gateway: in from the nodes and out to the WAN at a, in from the WAN and out to the nodes at b.
-                for site in (a, b):
-                    add(f"{site.name} gateway NIC in", Bps(site.gateway_nic_mbps), m * pairs)
-                    add(f"{site.name} gateway NIC out", Bps(site.gateway_nic_mbps), m * pairs)
+    for step in steps:
+        for i, j in step:
+            for r, bps in path(i, j):
+                load[r] = load.get(r, 0.0) + job.size
+                rate[r] = bps
     times = {r: load[r] / rate[r] for r in load}
     bottleneck = max(times, key=times.get)
-    ranks = sum(s.nodes for s in topo.sites)
-    rtts = [w.rtt_ms / 1e3 for w in topo.wans if topo.site(w.a).nodes and topo.site(w.b).nodes]
-    rtt = max(rtts, default=LAN_RTT_S)
-    lat, crossings = latency_rounds(job, ranks, rtt)
-    # Direct flows into one node's port: the senders of one remote site leave together and arrive
-    # together (those of other sites arrive a different one-way delay later), so each site's
-    # first flights meet as one burst; overflow costs that site's WAN round trips.
     rec = 0.0
     for s in topo.sites:
         for o in topo.sites:
-            if o.name == s.name or not s.nodes or not o.nodes or frozenset((s.name, o.name)) in split:
-                continue
-            far = topo.wan(s.name, o.name).rtt_ms / 1e3
-            for part in phases(job):
-                r = burst_rounds(o.nodes * min(part, IW), s.switch_buffer_bytes, Bps(s.nic_mbps), Bps(o.nic_mbps) * o.nodes)
-                rec = max(rec, r * recovery_s(min(part, IW), far))
-    relay = RELAY_S * crossings if split else 0.0
-    parts = {"latency": lat, "relay": relay, "transfer": times[bottleneck], "slow_start": 0.0, "incast": rec}
-    return {"seconds": sum(parts.values()), "parts": parts, "bottleneck": bottleneck,
-            "loads": {r: {"bytes": load[r], "seconds": times[r]} for r in sorted(load)}}
+            if o.name != s.name and s.nodes and o.nodes and not relay(s, o):
+                r = burst_rounds(o.nodes * min(job.size, IW), s.switch_buffer_bytes, Bps(s.nic_mbps),
+                                 Bps(o.nic_mbps) * o.nodes)
+                rec = max(rec, r * recovery_s(min(job.size, IW), topo.wan(s.name, o.name).rtt_ms / 1e3))
+    parts = {"latency": rtt_max, "relay": RELAY_S * 2 if split else 0.0, "transfer": times[bottleneck],
+             "slow_start": 0.0, "incast": rec}
+    return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "all at once", "bottleneck": bottleneck}
 
 
 def pingpong(topo: Topology, job: Job, split: bool) -> dict:
@@ -378,7 +460,7 @@ def cell(topo: Topology, job: Job, pair: tuple[str, str] | None = None) -> dict:
     d, s = predict(topo, job, False, pair), predict(topo, job, True, pair)
     ratio = s["seconds"] / d["seconds"]
     out = {"op": job.op, "size": job.size, "impl": job.impl, "direct_s": d["seconds"], "split_s": s["seconds"],
-           "ratio": ratio, "split": ratio < 1.0, "direct_parts": d["parts"], "split_parts": s["parts"]}
+           "ratio": ratio, "split": ratio < DECIDE_BELOW, "direct_parts": d["parts"], "split_parts": s["parts"]}
     if job.op != "alltoall":
         a, b = pair_sites(topo, *pair) if pair else pair_sites(topo)
         out["streams"] = streams_for(topo, a, b, job)

@@ -1,0 +1,123 @@
+"""Split or direct per site pair, for `gridsplit model advise` and the gateways' default policy.
+
+Every answer comes from splitmodel.py, with the error band its validation measured
+(splitvalidate.py; the summary shipped as data/split-validation.json), and a line
+for every grid parameter outside what that validation covered.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import GridsplitError
+from ..topology import Topology
+from . import splitmodel as sm
+from .splitvalidate import TOLERANCE, grid_facts
+
+ADVICE_KIND = "gridsplit-model-advice"
+# Version of `model advise --json` (docs/model.md §5.4): 2 added `pairs`, `split_model` and
+# `validation_split`; bump it when a key changes meaning or goes away.
+ADVICE_VERSION = 2
+SHIPPED = "split-validation.json"
+# The default policy (split_policy): the job is unknown, so a pair is split only where the
+# model predicts a gain for a gather and no loss beyond TOLERANCE for an all-to-all.
+POLICY_JOBS = (("gather", 10_000), ("gather", 1_000_000), ("alltoall", 10_000), ("alltoall", 1_000_000))
+# How to measure what a grid parameter out of the validated range leaves unknown.
+MEASURE = {"rtt_ms": "`gridsplit netcheck` measures the RTTs", "loss": "`gridsplit netcheck` measures the loss (retransmissions)",
+           "nic_mbps": "`gridsplit netcheck` measures what a node reaches",
+           "gateway_nic_mbps": "`gridsplit netcheck` measures the gateways' paths",
+           "switch_buffer_bytes": "`gridsplit bench gather --modes direct,split` measures its incast",
+           "wan_over_nic": "`gridsplit netcheck` measures the WAN's rate against the nodes'",
+           "nodes": "`gridsplit bench gather --nodes N` measures that many senders",
+           "sites": "`gridsplit bench alltoall -n all` on the grid measures it",
+           "size": "`gridsplit model measure --max-size` and `gridsplit bench --sizes` measure it",
+           "senders": "`gridsplit bench gather --nodes N` measures it"}
+
+
+def load_bands(path: Path | None = None) -> dict[str, Any]:
+    """The validation summary (splitvalidate.bands): shipped, or a file `model validate-split` wrote."""
+    p = path or Path(str(resources.files("gridsplit.model").joinpath("data", SHIPPED)))
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise GridsplitError(f"{p}: cannot read a split-model validation ({e}); write one with "
+                             f"`gridsplit model validate-split`") from None
+    if d.get("kind") == "gridsplit-split-validation":
+        from .splitvalidate import bands
+        d = bands(d)
+    if d.get("kind") != "gridsplit-split-validation-summary":
+        raise GridsplitError(f"{p}: not a split-model validation; write one with `gridsplit model validate-split`")
+    return d
+
+
+def outside(topo: Topology, size: int, senders: int | None, ranges: dict[str, list[float]]) -> list[str]:
+    """One line per grid parameter outside the validated range: what is unknown and how to measure it."""
+    facts = {**grid_facts(topo), "size": [size, size], **({"senders": [senders, senders]} if senders else {})}
+    out = []
+    for k, (lo, hi) in facts.items():
+        if k not in ranges or k == "sites":
+            continue
+        vlo, vhi = ranges[k]
+        if lo < vlo * 0.999 or hi > vhi * 1.001:
+            have = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+            out.append(f"{k} {have} is outside the validated {vlo:g}-{vhi:g}: the error band there is unknown; {MEASURE[k]}")
+    return out
+
+
+def _band(bands: dict[str, Any], op: str) -> dict[str, Any]:
+    b = bands.get("by_op", {}).get(op)
+    if b:
+        return {"median": b["median_abs_error"], "p90": b["p90_abs_error"], "validated": True}
+    o = bands["overall"]
+    return {"median": o["median_abs_error"], "p90": o["p90_abs_error"], "validated": False}
+
+
+def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict[str, Any],
+               senders: int | None = None) -> list[dict[str, Any]]:
+    """Per site pair and op: direct and split times, split/direct with its band, the decision, K."""
+    if len(topo.sites) < 2:
+        raise GridsplitError(f"topology {topo.name!r} has a single site: nothing crosses a WAN, so there is nothing "
+                             f"to split; describe the other sites (`gridsplit netcheck` measures their RTTs and rates)")
+    out = []
+    for w in topo.wans:
+        a, b = sm.pair_sites(topo, w.a, w.b)
+        entry = {"sites": [a.name, b.name], "rtt_ms": w.rtt_ms, "loss": w.loss, "ops": []}
+        for op in ops:
+            job = sm.Job(op, size, impl, senders=senders if op != "alltoall" else None)
+            c = sm.cell(topo, job, (a.name, b.name))
+            band = _band(bands, op)
+            lo, hi = c["ratio"] - band["p90"], c["ratio"] + band["p90"]
+            entry["ops"].append({"op": op, "direct_s": c["direct_s"], "split_s": c["split_s"],
+                                 "split_over_direct": c["ratio"], "split": c["split"],
+                                 "band": band, "range": [max(lo, 0.0), hi],
+                                 "confident": hi < sm.DECIDE_BELOW or lo > 1 + TOLERANCE,
+                                 "streams": c.get("streams"),
+                                 "direct_parts": c["direct_parts"], "split_parts": c["split_parts"]})
+        out.append(entry)
+    return out
+
+
+def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str], tuple[bool, str]]:
+    """What the gateways' config should split when the job is unknown: for each WAN pair whose
+    two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
+    A pair is split when the model predicts a gather gains (split/direct < DECIDE_BELOW) and
+    no all-to-all loses beyond TOLERANCE (POLICY_JOBS)."""
+    out = {}
+    for w in topo.wans:
+        if not (topo.site(w.a).gateway and topo.site(w.b).gateway):
+            continue
+        ratios = {(op, m): sm.cell(topo, sm.Job(op, m, impl), (w.a, w.b))["ratio"] for op, m in POLICY_JOBS}
+        gains = min(r for (op, _), r in ratios.items() if op == "gather") < sm.DECIDE_BELOW
+        worst = max(ratios, key=ratios.get)
+        ok = ratios[worst] <= 1 + TOLERANCE
+        text = ", ".join(f"{op} {m // 1000}K {r:.2f}" for (op, m), r in ratios.items())
+        why = ("split" if gains and ok else "direct") + f": predicted split/direct {text}"
+        if not ok:
+            why += f" ({worst[0]} {worst[1] // 1000}K would lose)"
+        elif not gains:
+            why += " (no gather gains)"
+        out[(w.a, w.b)] = (gains and ok, why)
+    return out
