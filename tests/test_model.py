@@ -271,3 +271,130 @@ def test_advise_carries_split_parameters_to_the_gateways_nic():
         del s["gateway_nic_mbps"]
     same, notes = carry_over(ParamSet(ps.paths, {"topology": old}), measured, "root", "far")
     assert not notes and same.path("split").g(m) == ps.path("split").g(m)
+
+
+# -- the split model (splitmodel.py): each term against a hand-computed case, then the commands ---------
+
+from gridsplit.model import splitmodel as SM  # noqa: E402
+from gridsplit.model import splitadvise, splitvalidate  # noqa: E402
+
+C100 = 100e6 / 8 * 1448 / 1514          # a 100 Mb/s NIC's payload rate, B/s (full frames)
+THREE = ROOT / "results/matrix/2026-11-26-three-sites-alltoall"
+LOSSY = ROOT / "results/matrix/2026-11-26-lossy-gather"
+
+
+def test_split_capacity_counts_a_one_nic_gateway_twice_per_direction():
+    assert SM.Bps(100) == pytest.approx(C100)
+    topo = _gw_topo()            # far: 4 nodes, root: 1 node, every NIC and both gateways at 100 Mb/s
+    job = SM.Job("alltoall", 10_000)   # eager: every message at once
+    direct = SM.alltoall(topo, job, set())
+    split = SM.alltoall(topo, job, {frozenset(("far", "root"))})
+    # Direct: the root's node sends 4 x 10 KB and receives as much; a far node 4 x 10 KB too.
+    assert direct["parts"]["transfer"] == pytest.approx(40_000 / C100)
+    # Split: far's gateway takes in what far sends (4 x 10 KB) and what comes for far (4 x 10 KB).
+    assert split["bottleneck"].endswith("gateway NIC in") and split["parts"]["transfer"] == pytest.approx(80_000 / C100)
+    # A gateway with 4x the nodes' NIC is no bottleneck any more.
+    fast = SM.alltoall(_gw_topo("gateway_nic_mbps = 400\n"), job, {frozenset(("far", "root"))})
+    assert fast["parts"]["transfer"] == pytest.approx(40_000 / C100)
+
+
+def test_split_incast_window_rounds_and_recovery():
+    # ACK-clocked senders: the port holds its buffer and the path's rate x RTT.
+    assert SM.port_window(25_000, C100, 0.0106, 4 * C100, False) == pytest.approx(25_000 + C100 * 0.0106)
+    # Bursts at 4x the port's rate: it drains a quarter while they arrive.
+    assert SM.port_window(25_000, C100, 0.0106, 4 * C100, True) == pytest.approx(25_000 / 0.75)
+    assert SM.port_window(25_000, C100, 0.0106, C100, True) == float("inf")
+    # 4 initial windows (57,920 B): 43,440 queue, 18,440 lost; their retransmission (13,830) fits.
+    assert SM.burst_rounds(4 * SM.IW, 25_000, C100, 4 * C100) == 1
+    assert SM.burst_rounds(2 * SM.IW, 25_000, C100, 4 * C100) == 0
+    # Fast retransmit at the RTT of the connection that lost, or a timeout below 4 segments of window.
+    assert SM.recovery_s(5 * SM.MSS, 0.0106) == 0.0106 and SM.recovery_s(5 * SM.MSS, 100e-6) == 100e-6
+    assert SM.recovery_s(2 * SM.MSS, 0.0106) == SM.RTO_MIN
+    # Split LAN legs without clamps lose at LAN RTT: the gateway's port still runs at its rate.
+    import dataclasses
+    topo = _gw_topo()
+    untuned = dataclasses.replace(topo, gateways=dataclasses.replace(topo.gateways, lan_tuning=False))
+    s = SM.one_to_many(untuned, SM.Job("gather", 1_000_000), True, True)
+    assert s["rate_Bps"] == pytest.approx(C100) and s["parts"]["incast"] == 0
+    d = SM.one_to_many(_gw_topo("switch_buffer_bytes = 25000\n"), SM.Job("gather", 100_000), False, True)
+    assert d["loss_rounds"] > 0 and d["parts"]["incast"] >= d["loss_rounds"] * 0.010
+
+
+def test_split_slow_start_and_idle_restart():
+    # 1 MB from IW10 at 100 Mb/s over 20 ms: five round trips below the pipe (14.5, 29, 58, 116, 232 KB).
+    want = 5 * 0.020 - 14_480 * 31 / C100
+    assert SM.slow_start_s(1e6, 1, SM.IW, C100, 0.020) == pytest.approx(want)
+    assert SM.slow_start_s(10_000, 1, SM.IW, C100, 0.020) == 0   # fits in the first window
+    assert SM.restart_window(240_000, 0.1, 0.020) == 240_000      # idle under one RTO
+    assert SM.restart_window(240_000, 0.5, 0.020) == 60_000       # two RTOs: halved twice
+    assert SM.restart_window(240_000, 5.0, 0.020) == SM.IW
+    # A cold direct connection pays slow start over the WAN; the split WAN link is warm.
+    topo = _gw_topo()
+    job = SM.Job("pingpong", 1_000_000)
+    assert SM.pingpong(topo, job, False)["parts"]["slow_start"] > 0.02
+    assert SM.pingpong(topo, job, True)["parts"]["slow_start"] == 0
+
+
+def test_split_random_loss_mathis_per_connection_and_striped_streams():
+    mathis = 1448 / 0.020 * 1.5 ** 0.5 / 0.0005 ** 0.5       # one Reno connection, B/s
+    # 4 MB meet 1.4 losses on one connection: the Mathis bound holds it.
+    assert SM.random_loss_rate(C100, 4e6, 0.020, 0.0005, 1) == pytest.approx(mathis)
+    # Four connections: 4 x Mathis exceeds the NIC, so the NIC's rate stands.
+    assert SM.random_loss_rate(C100, 4e6, 0.020, 0.0005, 4) == pytest.approx(C100)
+    # 100 KB meet 0.035 losses: the connection mostly keeps its window.
+    assert SM.random_loss_rate(C100, 1e5, 0.020, 0.0005, 1) > 0.9 * C100
+    topo = splitvalidate.topology_from_meta(json.loads((LOSSY / "gather.jsonl").read_text().splitlines()[0])["topology"], "x")
+    a, b = SM.pair_sites(topo)
+    from gridsplit.gateway import wan_streams
+    assert SM.streams_for(topo, a, b, SM.Job("gather", 1)) == wan_streams(100, 20, 0.0005)[0] == 4
+    one = SM.cell(topo, SM.Job("gather", 1_000_000, streams=1))
+    four = SM.cell(topo, SM.Job("gather", 1_000_000))
+    assert one["ratio"] > 1 > four["ratio"] and four["streams"] == 4   # as measured: 1.35 and 0.60
+
+
+def test_split_model_on_the_issue_example():
+    """Issue 22: paper, 8 nodes x 500 KB gather, measured split/direct 0.83 (Open MPI) and 0.33 (MPICH)."""
+    from gridsplit.topology import load_topology
+    topo = load_topology("paper", nodes=8)
+    assert SM.cell(topo, SM.Job("gather", 500_000, "openmpi"))["ratio"] == pytest.approx(0.83, abs=0.1)
+    assert SM.cell(topo, SM.Job("gather", 500_000, "mpich"))["ratio"] == pytest.approx(0.33, abs=0.1)
+    policy = splitadvise.split_policy(load_topology(str(THREE / "three-gw4.toml")))
+    from gridsplit.gateway import split_pairs
+    assert set(policy) == set(split_pairs(load_topology(str(THREE / "three-gw4.toml"))))
+    assert all(why.startswith("split" if yes else "direct") for yes, why in policy.values())
+
+
+def test_validate_split_on_a_committed_file(tmp_path):
+    gridsplit("model", "validate-split", str(LOSSY / "gather.jsonl"), "--out", str(tmp_path))
+    res = json.loads((tmp_path / "validation.json").read_text())
+    assert res["kind"] == "gridsplit-split-validation" and res["overall"]["cells"] == 8
+    assert {c["variant"] for c in res["cells"]} == {"fair:cubic", "fair:cubic:1-streams"}
+    assert all(c["predicted_ratio"] > 0 and c["measured_ratio"] > 0 for c in res["cells"])
+    assert "validate-split" in (tmp_path / "README.md").read_text()
+    # The default files (issue 22's): the targets hold, as committed in results/model.
+    full = splitvalidate.validate([ROOT / f for f in splitvalidate.DEFAULT_FILES], "test", ROOT)
+    assert full["overall"]["decision_accuracy"] >= 0.9 and full["overall"]["median_abs_error"] <= 0.10
+    shipped = splitadvise.load_bands()
+    assert shipped["overall"]["cells"] == full["overall"]["cells"]
+
+
+def test_advise_per_site_pair_and_its_bad_input_lines(tmp_path):
+    d = json.loads(gridsplit("model", "advise", "-t", str(THREE / "three-gw4.toml"), "--size", "1M", "--json").stdout)
+    assert d["kind"] == "gridsplit-model-advice" and d["version"] == 2
+    assert len(d["pairs"]) == 3 and not d["split_model"]["notes"]
+    for p in d["pairs"]:
+        for c in p["ops"]:
+            assert c["direct_s"] > 0 and c["split_s"] > 0 and c["range"][0] <= c["split_over_direct"] <= c["range"][1]
+            assert c["split"] == (c["split_over_direct"] < SM.DECIDE_BELOW)
+            assert (c["streams"] is None) == (c["op"] == "alltoall")
+    one = tmp_path / "one.toml"
+    one.write_text('name = "one"\n[[site]]\nname = "solo"\nnodes = 4\n')
+    bad = [("-t", str(one), "--size", "1M"), ("-t", "paper", "--size", "1M", "--op", "scatter"),
+           ("-t", "paper", "--size", "1M", "--impl", "mvapich")]
+    for args in bad:
+        cp = gridsplit("model", "advise", *args, check=False)
+        assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+        assert "measure" in cp.stderr or "netcheck" in cp.stderr
+    full = json.loads(gridsplit("model", "advise", "-t", "paper", "--scale", "1", "--size", "1M", "--json").stdout)
+    notes = full["split_model"]["notes"]
+    assert any(n.startswith("nic_mbps 1000 is outside") and "netcheck" in n for n in notes)

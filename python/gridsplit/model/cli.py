@@ -388,14 +388,14 @@ def validate_split(files, out) -> None:
 
     Writes validation.json (every cell), summary.json (what `advise` quotes) and README.md.
     """
+    root = repo_root()
     if files:
         paths = [Path(f) for f in files]
+    elif root is None:
+        raise GridsplitError("no result files given and not in a gridsplit checkout; give `gridsplit bench` JSONL files")
     else:
-        root = repo_root()
-        if root is None:
-            raise GridsplitError("no result files given and not in a gridsplit checkout; give `gridsplit bench` JSONL files")
         paths = [root / f for f in splitvalidate.DEFAULT_FILES]
-    result = splitvalidate.validate(paths, _command())
+    result = splitvalidate.validate(paths, _command(), root)
     outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-split"
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -86,8 +86,8 @@ def _per_rep(points: list[dict[str, Any]], s: dict[str, Any], tag: str) -> float
     return statistics.median(meds) if meds else None
 
 
-def file_cells(path: Path) -> list[dict[str, Any]]:
-    """Every cell of one result file, measured and predicted."""
+def file_cells(path: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """Every cell of one result file (`name`: how the report names it), measured and predicted."""
     rows = read_rows(path)
     meta = next((r for r in rows if r.get("kind") == "meta"), None)
     if meta is None or "topology" not in meta:
@@ -118,7 +118,7 @@ def file_cells(path: Path) -> list[dict[str, Any]]:
         decision = pred < sm.DECIDE_BELOW
         right = abs(meas - 1) <= TOLERANCE or decision == (meas < 1)
         md, ms = _per_rep(points, s, "direct"), _per_rep(points, s, tag)
-        out.append({"file": str(path), "topology": topo.name, "git": git, "op": s["op"], "impl": s["impl"],
+        out.append({"file": name or str(path), "topology": topo.name, "git": git, "op": s["op"], "impl": s["impl"],
                     "nodes": s["nodes"], "size": s["size_bytes"], "variant": tag,
                     "measured_ratio": meas, "measured_min": s["ratio_min"], "measured_max": s["ratio_max"],
                     "measured_direct_s": md, "measured_split_s": ms,
@@ -148,15 +148,20 @@ def score(cells: list[dict[str, Any]]) -> dict[str, Any]:
             "target_error_met": statistics.median(errs) <= TARGET_ERROR}
 
 
-def validate(files: list[Path], command: str) -> dict[str, Any]:
+def validate(files: list[Path], command: str, root: Path | None = None) -> dict[str, Any]:
+    """Every cell of `files`, scored overall, per file and per op; files under `root` (the
+    repository) are named relative to it."""
     cells = []
+    names = []
     for f in files:
-        cells += file_cells(f)
+        name = str(f.resolve().relative_to(root.resolve())) if root and f.resolve().is_relative_to(root.resolve()) else str(f)
+        names.append(name)
+        cells += file_cells(f, name)
     by_file = {f: score([c for c in cells if c["file"] == f]) for f in sorted({c["file"] for c in cells})}
     by_op = {op: score([c for c in cells if c["op"] == op]) for op in sorted({c["op"] for c in cells})}
     return {"kind": KIND, "version": VERSION,
             "meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": machine.facts().get("git"),
-                     "command": command, "files": [str(f) for f in files], "tolerance": TOLERANCE,
+                     "command": command, "files": names, "tolerance": TOLERANCE,
                      "decide_split_below": sm.DECIDE_BELOW},
             "overall": score(cells), "by_file": by_file, "by_op": by_op, "cells": cells}
 
