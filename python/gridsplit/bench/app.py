@@ -214,7 +214,8 @@ def run_one(state: realize.LabState, trace, sirq, app: App, impl: str, mode: str
     status = "timeout" if timed_out else ("ok" if cp.returncode == 0 else "failed")
     t_app = app_time(patterns["time"], text)
     passed = bool(patterns["pass"].search(text)) if patterns["pass"] else None
-    same = [m.group(0).strip() for m in patterns["same"].finditer(text)] if patterns["same"] else None
+    same = [(m.group(1) if m.groups() else m.group(0)).strip() for m in patterns["same"].finditer(text)] \
+        if patterns["same"] else None
     verified = extra.pop("verified", None)
     if passed is not None:
         verified = passed and verified is not False
