@@ -249,7 +249,7 @@ def one_to_many(topo: Topology, job: Job, split: bool, gather: bool) -> dict:
     rtt, loss = w.rtt_ms / 1e3, w.loss
     bursty = job.lib["poll"]
     lat, crossings = latency_rounds(job, n + 1, rtt)
-    many, one = (src, dst) if gather else (dst, src)   # `one` hosts the root, `many` the n nodes
+    many, one = src, dst   # `one` hosts the root, `many` the n nodes; a gather flows many -> one, a broadcast back
     nic_many, nic_one, wan = Bps(many.nic_mbps) * n, Bps(one.nic_mbps), Bps(w.rate_mbps)
     uplinks = min(Bps(src.uplink_mbps), Bps(dst.uplink_mbps))
     if not split:

@@ -207,6 +207,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         L.append(row(f"op {op}", s))
     L += ["", f"With the threshold at 1.0 instead: {_pct(o['decision_accuracy_at_1'])} right. Against the ratio of "
               f"per-repetition medians instead of totals: median abs error {o['median_abs_error_vs_ratio_of_medians']:.3f}.",
+          "", "What each miss comes from, and which measurements check each term on its own: docs/model.md §5.5.",
           "", "| file | op | impl | nodes | size | variant | measured | predicted | decision | error |",
           "|---|---|---|---:|---:|---|---:|---:|---|---:|"]
     for c in result["cells"]:
