@@ -89,9 +89,10 @@ def _adapt(p: PLogP, dL: float, rate_factor: float) -> PLogP:
 
 def two_sites(topo: Topology) -> tuple[str, str]:
     """(root site, remote site): the site with the fewest nodes holds the root (sophia in `paper`)."""
-    if len(topo.sites) < 2:
-        raise GridsplitError(f"topology {topo.name!r} has one site; advise compares direct and split traffic between two")
-    order = sorted(topo.sites, key=lambda s: (s.nodes, s.index))
+    order = sorted((s for s in topo.sites if s.nodes), key=lambda s: (s.nodes, s.index))
+    if len(order) < 2:
+        raise GridsplitError(f"topology {topo.name!r} has fewer than two sites with nodes; advise compares direct and "
+                             f"split traffic between two (`gridsplit netcheck` measures the sites of a real grid)")
     return order[0].name, order[-1].name
 
 

@@ -84,6 +84,8 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
     out = []
     for w in topo.wans:
         a, b = sm.pair_sites(topo, w.a, w.b)
+        if not b.nodes:
+            continue   # a site without nodes runs no rank: nothing of a job crosses this pair
         entry = {"sites": [a.name, b.name], "rtt_ms": w.rtt_ms, "loss": w.loss, "ops": []}
         for op in ops:
             job = sm.Job(op, size, impl, senders=senders if op != "alltoall" else None)
@@ -97,6 +99,9 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
                                  "streams": c.get("streams"),
                                  "direct_parts": c["direct_parts"], "split_parts": c["split_parts"]})
         out.append(entry)
+    if not out:
+        raise GridsplitError(f"topology {topo.name!r} has fewer than two sites with nodes: no rank pair crosses a WAN; "
+                             f"give the sites' nodes (`gridsplit netcheck` measures a real grid's sites)")
     return out
 
 
@@ -108,6 +113,10 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
     out = {}
     for w in topo.wans:
         if not (topo.site(w.a).gateway and topo.site(w.b).gateway):
+            continue
+        empty = [x for x in (w.a, w.b) if not topo.site(x).nodes]
+        if empty:
+            out[(w.a, w.b)] = (False, f"direct: {empty[0]} has no nodes, so no rank pair crosses {w.a}-{w.b}")
             continue
         ratios = {(op, m): sm.cell(topo, sm.Job(op, m, impl), (w.a, w.b))["ratio"] for op, m in POLICY_JOBS}
         gains = min(r for (op, _), r in ratios.items() if op == "gather") < sm.DECIDE_BELOW

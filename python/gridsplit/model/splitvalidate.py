@@ -66,7 +66,7 @@ def grid_facts(topo: Topology) -> dict[str, list[float]]:
             "gateway_nic_mbps": span([s.gateway_nic_mbps for s in topo.sites]),
             "switch_buffer_bytes": span([s.switch_buffer_bytes for s in topo.sites]),
             "wan_over_nic": span([w.rate_mbps / min(a.nic_mbps, b.nic_mbps) for a, b, w in pairs]),
-            "nodes": span([s.nodes for s in topo.sites]), "sites": [len(topo.sites)] * 2}
+            "nodes": span([s.nodes for s in topo.sites if s.nodes] or [0]), "sites": [len(topo.sites)] * 2}
 
 
 def _merge(facts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
