@@ -138,6 +138,11 @@ def figures(names: tuple[str, ...], text: str) -> dict[str, float]:
     return out
 
 
+def _tail(text: str | None, n: int) -> list[str]:
+    lines = [l for l in (text or "").strip().splitlines() if l.strip()]
+    return lines[-n:] if n else []
+
+
 def _last_line(text: str) -> str:
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     return (lines[-1][:120] if lines else "(no output)")
@@ -222,6 +227,7 @@ def run_one(state: realize.LabState, trace, sirq, app: App, impl: str, mode: str
     if status != "ok" and verified:
         verified = False
     g = topo.gateways
+    bad = status != "ok" or verified is False
     return {
         "kind": "app", "schema": SCHEMA, "app": app.name, "preset": app.preset, "impl": impl, "mode": mode,
         "variant": {"strategy": g.strategy, "congestion": g.congestion, "lan_tuning": g.lan_tuning,
@@ -237,7 +243,8 @@ def run_one(state: realize.LabState, trace, sirq, app: App, impl: str, mode: str
         "counters": probe.counters(mode), **probe.network(),
         "cpu": {**cpu_row(cpus, probe.gw_cpu_s() if mode == "split" else {}, probe.gw_softirq_s(), wall),
                 **probe.softirq_note()},
-        "output_tail": text.strip().splitlines()[-(8 if status != "ok" or verified is False else 2):],
+        # The last lines of stdout, then of stderr (where the launchers say why a job ended).
+        "output_tail": _tail(cp.stdout, 4 if bad else 2) + _tail(cp.stderr, 4 if bad else 0),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
