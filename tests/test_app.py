@@ -84,6 +84,8 @@ def test_app_both_modes_pass_fail_and_timeout(lab, tmp_path):
     assert sum(split["counters"]["by_host"]["east-gw"].values()) > 0
     s = summarize_apps(rows)
     assert len(s) == 1 and s[0]["ratio"] is not None and s[0]["verified"] == {"direct": [1, 1], "split": [1, 1]}
+    cp = gridsplit("report", str(out), "-o", str(tmp_path / "report"), timeout=120)
+    assert "apptoy" in (tmp_path / "report" / "index.html").read_text()
 
     # A failing check: recorded, not verified; and a hang: stopped at --timeout, recorded as such.
     out = tmp_path / "bad.jsonl"

@@ -133,6 +133,12 @@ def _n(x: float | None) -> str:
 
 # -- HTML ---------------------------------------------------------------------------------
 
+def holds_app_runs(paths: list[Path]) -> bool:
+    """Whether result files hold `bench app` runs and no sweep points (`gridsplit report` draws them here)."""
+    kinds = {r.get("kind") for p in paths if p.exists() for r in read_rows(p)}
+    return "app" in kinds and "point" not in kinds
+
+
 def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
     """Meta rows and app runs of the result files."""
     missing = [str(p) for p in paths if not p.exists()]

@@ -538,6 +538,8 @@ it with a full segment and an 88-byte one, and a window under one segment with t
               help="Directory for index.html and the PNGs (default: beside the first file, without .jsonl).")
 def report(results: tuple[Path, ...], out: Path | None) -> None:
     """Build an HTML report with PNG plots from `gridsplit bench` result files (JSONL)."""
+    from .appresults import build_app_report, holds_app_runs  # `bench app` files have their own page
     paths = list(results)
-    path = build_report(paths, out or paths[0].with_suffix(""))
+    build = build_app_report if holds_app_runs(paths) else build_report
+    path = build(paths, out or paths[0].with_suffix(""))
     click.echo(f"report: {path}")
