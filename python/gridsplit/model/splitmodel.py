@@ -354,7 +354,9 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
     # into the receiver's port (two flows at its rate), so the port queues all of it.
     port = Bps(b.nic_mbps)
     lost = burst_rounds(min(w0, volume), b.switch_buffer_bytes, port, 2 * port)
-    return lat + slow_start_s(volume, 1, w0, rate, rtt) + volume / rate + lost * recovery_s(w0, rtt)
+    # After the loss the window regrows from BETA of the flight by a segment per round trip (as a gather's).
+    regrow = ramp_s(volume, BETA * min(w0, volume), rate, rtt, MSS) if lost else slow_start_s(volume, 1, w0, rate, rtt)
+    return lat + regrow + volume / rate + lost * recovery_s(w0, rtt)
 
 
 def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
@@ -376,19 +378,21 @@ def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
     steps = [[(i, (i + k) % P) for i in range(P)] for k in range(1, P)]
     path = lambda i, j: _path(topo, ranks[i], ranks[j], relay(ranks[i], ranks[j]), i, j)
     if job.rendezvous:
-        # Each pair's connection carries one message per repetition: idle for the other P-2 steps.
-        idle = (P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max)
-        total = 0.0
-        for step in steps:
-            users: dict[str, int] = {}
-            for i, j in step:
-                for r, _ in path(i, j):
-                    users[r] = users.get(r, 0) + 1
-            times = []
-            for i, j in step:
-                share = min(rate / users[r] for r, rate in path(i, j))
-                times.append(_transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]), share, job.size, idle))
-            total += max(times)
+        def exchange(idle: float) -> float:
+            total = 0.0
+            for step in steps:
+                users: dict[str, int] = {}
+                for i, j in step:
+                    for r, _ in path(i, j):
+                        users[r] = users.get(r, 0) + 1
+                total += max(_transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]),
+                                       min(rate / users[r] for r, rate in path(i, j)), job.size, idle)
+                             for i, j in step)
+            return total
+        # Each pair's connection carries one message per repetition: idle for the rest of it
+        # (the other steps, then the barrier), which the first estimate gives.
+        first = exchange((P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max))
+        total = exchange(first * (P - 2) / (P - 1) + rtt_max)
         parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": total, "slow_start": 0.0, "incast": 0.0}
         return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "pairwise", "steps": P - 1}
     load: dict[str, float] = {}
