@@ -328,11 +328,16 @@ def test_split_slow_start_and_idle_restart():
     assert SM.restart_window(240_000, 0.1, 0.020) == 240_000      # idle under one RTO
     assert SM.restart_window(240_000, 0.5, 0.020) == 60_000       # two RTOs: halved twice
     assert SM.restart_window(240_000, 5.0, 0.020) == SM.IW
-    # A cold direct connection pays slow start over the WAN; the split WAN link is warm.
+    # A gather of 4 x 2 MB keeps each sender idle past its RTO: its direct connection resumes with a
+    # halved window and slow-starts over the WAN again; the split WAN link is warm.
     topo = _gw_topo()
-    job = SM.Job("pingpong", 1_000_000)
-    assert SM.pingpong(topo, job, False)["parts"]["slow_start"] > 0.02
-    assert SM.pingpong(topo, job, True)["parts"]["slow_start"] == 0
+    job = SM.Job("gather", 2_000_000)
+    direct, split = SM.one_to_many(topo, job, False, True), SM.one_to_many(topo, job, True, True)
+    assert direct["cold"] and direct["parts"]["slow_start"] > 0 and split["parts"]["slow_start"] == 0
+    # A ping-pong loop never idles past an RTO: warm in both modes, split only adds the relays.
+    ping = SM.Job("pingpong", 1_000_000)
+    d, s = SM.pingpong(topo, ping, False), SM.pingpong(topo, ping, True)
+    assert d["parts"]["slow_start"] == 0 and s["seconds"] - d["seconds"] == pytest.approx(SM.RELAY_S)
 
 
 def test_split_random_loss_mathis_per_connection_and_striped_streams():

@@ -4,7 +4,7 @@ Where the pLogP models (grid.py) take a network's measured gaps, this model take
 the grid's description (NIC and WAN rates, RTTs, switch buffers, random loss,
 gateways) and the four things splitting changes, each a term of its own:
 
-* capacity (`rates`): every byte crosses a sender's NIC, maybe a WAN link and a
+* capacity (`Bps`, `_path`, the split stages of `one_to_many`): every byte crosses a sender's NIC, maybe a WAN link and a
   receiver's NIC; a relayed byte also crosses a gateway's NIC on each leg, once
   in each direction of the NIC it uses (twice per direction when the site both
   sends and receives across), and a site has one gateway;
@@ -13,7 +13,7 @@ gateways) and the four things splitting changes, each a term of its own:
   they send beyond is dropped and recovered one round trip later by the
   connection that lost it (WAN RTT direct, LAN RTT on a split LAN leg), or by a
   timeout (RTO_MIN) when its window is too small for three duplicate ACKs;
-* slow start (`slow_start_s`): a connection opens IW segments and doubles per
+* slow start (`slow_start_s`, `restart_window`, `ramp_s`): a connection opens IW segments and doubles per
   RTT; a direct connection idle for longer than its RTO halves its window per RTO,
   the gateways' WAN links never do (tcp_slow_start_after_idle = 0);
 * random WAN loss (`mathis_mbps`): one connection per rank pair direct, K
@@ -29,7 +29,7 @@ operation, as `gridsplit bench` times it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..bench.results import GOODPUT, HEADERS
 from ..errors import GridsplitError
@@ -47,12 +47,12 @@ OPS = ("gather", "bcast", "alltoall", "pingpong")
 # Split is advised below this predicted split/direct: a gain smaller than the model's median
 # error in its validation (results/model/2026-11-26-split) is not one to deploy gateways for.
 DECIDE_BELOW = 0.95
-# MPI library facts the model needs (docs/model.md §5.2): the largest message sent eagerly,
-# whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields),
-# and whether the library's gather is a binomial tree (MPICH) or linear (Open MPI).
+# MPI library facts the model needs (docs/model.md §5.1, "Protocol"): the largest message sent
+# eagerly (MPICH's, UCX's, is not recorded: v8 shows no rendezvous at 10 KB and one at 100 KB),
+# whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields), and
+# whether the library's gather is a binomial tree (MPICH) or linear (Open MPI).
 IMPLS = {"openmpi": {"eager": 65536, "poll": False, "tree": False},
          "mpich": {"eager": 65536, "poll": True, "tree": True}}
-# MPICH's (UCX's) rendezvous threshold is not recorded; v8 shows none at 10 KB and one at 100 KB.
 
 
 def Bps(mbps: float) -> float:
@@ -335,28 +335,31 @@ def _path(topo: Topology, a: Site, b: Site, split: bool, i: int = 0, j: int = 0)
 
 
 def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: float, volume: float,
-              idle: float = 0.0) -> float:
-    """Seconds for one rank pair's message once its step starts: the protocol's crossings, the
-    bytes at the pair's share of its path, slow start of a cold direct WAN connection, the
-    relayed flow's window over the WAN RTT, random loss (Mathis) per connection or stream."""
+              idle: float = 0.0) -> dict[str, float]:
+    """The parts of one rank pair's message once its step starts: the protocol's crossings, the
+    bytes at the pair's share of its path, the window a direct WAN connection resumes with
+    after `idle` and its slow start, the loss rounds of its first flight and the regrowth
+    after them, the relayed flow's window over the WAN RTT, random loss per connection or stream."""
     if a.name == b.name:
-        return LAN_RTT_S * (1.5 if job.rendezvous else 0.5) + volume / share
+        return {"latency": LAN_RTT_S * (1.5 if job.rendezvous else 0.5), "transfer": volume / share}
     w = topo.wan(a.name, b.name)
     rtt = w.rtt_ms / 1e3
     lat = rtt * (1.5 if job.rendezvous else 0.5)
     if split:
         rate = min(share, topo.gateways.per_flow_buffer / rtt)
         rate = random_loss_rate(rate, volume, rtt, w.loss, streams_for(topo, a, b, job))
-        return lat + RELAY_S * (3 if job.rendezvous else 1) + volume / rate
+        return {"latency": lat, "relay": RELAY_S * (3 if job.rendezvous else 1), "transfer": volume / rate}
     rate = random_loss_rate(share, volume, rtt, w.loss, 1)
     w0 = restart_window(rate * rtt, idle, rtt)
     # Steps are not aligned: the first flight meets the previous step's flow still draining
     # into the receiver's port (two flows at its rate), so the port queues all of it.
     port = Bps(b.nic_mbps)
     lost = burst_rounds(min(w0, volume), b.switch_buffer_bytes, port, 2 * port)
+    if not lost:
+        return {"latency": lat, "transfer": volume / rate, "slow_start": slow_start_s(volume, 1, w0, rate, rtt)}
     # After the loss the window regrows from BETA of the flight by a segment per round trip (as a gather's).
-    regrow = ramp_s(volume, BETA * min(w0, volume), rate, rtt, MSS) if lost else slow_start_s(volume, 1, w0, rate, rtt)
-    return lat + regrow + volume / rate + lost * recovery_s(w0, rtt)
+    return {"latency": lat, "transfer": volume / rate,
+            "incast": lost * recovery_s(w0, rtt) + ramp_s(volume, BETA * min(w0, volume), rate, rtt, MSS)}
 
 
 def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
@@ -378,22 +381,24 @@ def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
     steps = [[(i, (i + k) % P) for i in range(P)] for k in range(1, P)]
     path = lambda i, j: _path(topo, ranks[i], ranks[j], relay(ranks[i], ranks[j]), i, j)
     if job.rendezvous:
-        def exchange(idle: float) -> float:
-            total = 0.0
+        def exchange(idle: float) -> dict[str, float]:
+            """The steps' parts, each step's from its slowest pair."""
+            parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": 0.0, "slow_start": 0.0, "incast": 0.0}
             for step in steps:
                 users: dict[str, int] = {}
                 for i, j in step:
                     for r, _ in path(i, j):
                         users[r] = users.get(r, 0) + 1
-                total += max(_transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]),
-                                       min(rate / users[r] for r, rate in path(i, j)), job.size, idle)
-                             for i, j in step)
-            return total
+                slowest = max((_transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]),
+                                         min(rate / users[r] for r, rate in path(i, j)), job.size, idle)
+                               for i, j in step), key=lambda t: sum(t.values()))
+                for k, v in slowest.items():
+                    parts[k] += v
+            return parts
         # Each pair's connection carries one message per repetition: idle for the rest of it
-        # (the other steps, then the barrier), which the first estimate gives.
-        first = exchange((P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max))
-        total = exchange(first * (P - 2) / (P - 1) + rtt_max)
-        parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": total, "slow_start": 0.0, "incast": 0.0}
+        # (the other steps, then the barrier), which a first estimate gives.
+        first = sum(exchange((P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max)).values())
+        parts = exchange(first * (P - 2) / (P - 1) + rtt_max)
         return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "pairwise", "steps": P - 1}
     load: dict[str, float] = {}
     rate: dict[str, float] = {}
@@ -417,16 +422,18 @@ def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
 
 
 def pingpong(topo: Topology, job: Job, split: bool) -> dict:
-    """Half a round trip of one message between the two sites of the pair: the one-way delay
-    and the bytes at the path's rate; a direct connection idle longer than its RTO starts
-    cold (slow start over the WAN RTT), a split one finds its WAN link warm."""
+    """Half a round trip of one message between the two sites of the pair, in a loop of them
+    (as `gridsplit bench pingpong` runs it): the one-way delay and the bytes at the path's
+    rate, under random loss per connection (direct) or per stream (split). The connection is
+    idle only while the reply travels, under an RTO, so it stays warm in both modes."""
     src, dst = pair_sites(topo)
     w = topo.wan(src.name, dst.name)
     rtt = w.rtt_ms / 1e3
     rate = min(Bps(src.nic_mbps), Bps(dst.nic_mbps), Bps(w.rate_mbps))
     if split:
         rate = min(rate, Bps(src.gateway_nic_mbps), Bps(dst.gateway_nic_mbps))
-    ss = 0.0 if split else slow_start_s(job.size, 1, IW, rate, rtt)
+    rate = random_loss_rate(rate, job.size, rtt, w.loss, streams_for(topo, src, dst, job) if split else 1)
+    ss = slow_start_s(job.size, 1, restart_window(rate * rtt, rtt, rtt), rate, rtt)
     parts = {"latency": rtt / 2, "relay": RELAY_S if split else 0.0, "transfer": job.size / rate,
              "slow_start": ss, "incast": 0.0}
     return {"seconds": sum(parts.values()), "parts": parts}
@@ -454,7 +461,6 @@ def predict(topo: Topology, job: Job, split: bool, pair: tuple[str, str] | None 
 
 def restrict(topo: Topology, pair: tuple[str, str]) -> Topology:
     """The topology of one site pair: its two sites (the bigger first) and their WAN link."""
-    from dataclasses import replace
     a, b = pair_sites(topo, *pair)
     return replace(topo, sites=(a, b), wans=(topo.wan(a.name, b.name),))
 
