@@ -15,34 +15,20 @@ const REPLY_MAGIC: &[u8; 4] = b"GSa1";
 const ORIGIN_MAGIC: &[u8; 4] = b"GSo1";
 const VERSION: u8 = 1;
 
-/// GSa1 status codes (§2). Also carried verbatim in WAN OPEN_REPLY frames.
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Ok = 0,
-    Refused = 1,
-    Unreachable = 2,
-    Forbidden = 3,
-    Timeout = 4,
-    NoLink = 5,
-    BadRequest = 6,
+wire_enum! {
+    /// GSa1 status codes (§2). Also carried verbatim in WAN OPEN_REPLY frames.
+    pub enum Status {
+        Ok = 0,
+        Refused = 1,
+        Unreachable = 2,
+        Forbidden = 3,
+        Timeout = 4,
+        NoLink = 5,
+        BadRequest = 6,
+    }
 }
 
 impl Status {
-    pub fn from_u8(v: u8) -> Option<Self> {
-        use Status::*;
-        Some(match v {
-            0 => Ok,
-            1 => Refused,
-            2 => Unreachable,
-            3 => Forbidden,
-            4 => Timeout,
-            5 => NoLink,
-            6 => BadRequest,
-            _ => return None,
-        })
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -54,16 +40,6 @@ impl Status {
             Status::BadRequest => "bad_request",
         }
     }
-
-    pub const ALL: [Status; 7] = [
-        Status::Ok,
-        Status::Refused,
-        Status::Unreachable,
-        Status::Forbidden,
-        Status::Timeout,
-        Status::NoLink,
-        Status::BadRequest,
-    ];
 
     /// Maps the error of a far-side connect() to the status the node will see.
     pub fn from_connect_error(e: &std::io::Error) -> Self {

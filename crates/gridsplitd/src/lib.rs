@@ -13,6 +13,9 @@
 //! This file assembles a running gateway from a config, for main.rs and for the
 //! end-to-end tests (which run several gateways in one process).
 
+#[macro_use]
+mod wire_enum;
+
 pub mod accept;
 pub mod admin;
 pub mod auth;

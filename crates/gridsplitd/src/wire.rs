@@ -97,72 +97,56 @@ pub fn stripe_header(seq: u64, len: usize) -> [u8; HEADER_LEN + STRIPE_HEADER] {
 
 pub type FlowId = u32;
 
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameType {
-    Hello = 1,
-    Auth = 2,
-    Open = 3,
-    OpenReply = 4,
-    Data = 5,
-    Batch = 6,
-    Credit = 7,
-    Fin = 8,
-    Reset = 9,
-    Ping = 10,
-    Pong = 11,
-    Session = 12,
-    Ack = 13,
-    Join = 14,
-    Stripe = 15,
+wire_enum! {
+    pub enum FrameType {
+        Hello = 1,
+        Auth = 2,
+        Open = 3,
+        OpenReply = 4,
+        Data = 5,
+        Batch = 6,
+        Credit = 7,
+        Fin = 8,
+        Reset = 9,
+        Ping = 10,
+        Pong = 11,
+        Session = 12,
+        Ack = 13,
+        Join = 14,
+        Stripe = 15,
+    }
 }
 
 impl FrameType {
-    fn from_u8(t: u8) -> Option<Self> {
-        use FrameType::*;
-        Some(match t {
-            1 => Hello,
-            2 => Auth,
-            3 => Open,
-            4 => OpenReply,
-            5 => Data,
-            6 => Batch,
-            7 => Credit,
-            8 => Fin,
-            9 => Reset,
-            10 => Ping,
-            11 => Pong,
-            12 => Session,
-            13 => Ack,
-            14 => Join,
-            15 => Stripe,
-            _ => return None,
+    /// The payload length of the types whose payload has one size (the table
+    /// above), which the decoder requires exactly; `None` for the others.
+    fn fixed_len(self) -> Option<usize> {
+        Some(match self {
+            Self::Auth => TAG_LEN,
+            Self::Open => 4 + 4 + 1 + 1 + 2 + 16 + 2 + 16,
+            Self::OpenReply => 4 + 1 + 4,
+            Self::Credit => 8,
+            Self::Fin => 4,
+            Self::Reset => 5,
+            Self::Ping | Self::Pong => 8,
+            Self::Session => 26,
+            Self::Ack => 8,
+            Self::Join => 16,
+            Self::Hello | Self::Data | Self::Batch | Self::Stripe => return None,
         })
     }
 }
 
-/// Why a flow was reset; carried for logs only, the far side resets its LAN end either way.
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResetReason {
-    /// The LAN connection was reset or failed on the sender's side.
-    LanReset = 1,
-    /// The sending gateway gave up (timeout, shutdown, protocol trouble).
-    Aborted = 2,
-    /// The flow was refused by policy after OPEN.
-    Refused = 3,
-    Other = 255,
-}
-
-impl ResetReason {
-    pub fn from_u8(v: u8) -> Option<Self> {
-        Some(match v {
-            1 => Self::LanReset,
-            2 => Self::Aborted,
-            3 => Self::Refused,
-            255 => Self::Other,
-            _ => return None,
-        })
+wire_enum! {
+    /// Why a flow was reset; carried for logs only, the far side resets its LAN end either way.
+    pub enum ResetReason {
+        /// The LAN connection was reset or failed on the sender's side.
+        LanReset = 1,
+        /// The sending gateway gave up (timeout, shutdown, protocol trouble).
+        Aborted = 2,
+        /// The flow was refused by policy after OPEN.
+        Refused = 3,
+        Other = 255,
     }
 }
 
@@ -171,6 +155,20 @@ pub struct BatchEntry {
     pub flow: FlowId,
     pub fin: bool,
     pub data: Bytes,
+}
+
+/// A SESSION frame: opens or resumes a session, right after AUTH: the dialer's
+/// request, then the acceptor's answer (`resume` set only if it resumes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub session: u64,
+    pub received: u64,
+    pub resume: bool,
+    /// Connections to stripe the link over: proposed by the dialer,
+    /// accepted (possibly fewer) by the acceptor.
+    pub streams: u8,
+    /// The acceptor's ticket for this connection set's JOINs (0 from the dialer).
+    pub token: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,18 +214,7 @@ pub enum Frame {
     Pong {
         token: u64,
     },
-    /// Opens or resumes a session, right after AUTH: the dialer's request, then
-    /// the acceptor's answer (`resume` set only if it resumes).
-    Session {
-        session: u64,
-        received: u64,
-        resume: bool,
-        /// Connections to stripe the link over: proposed by the dialer,
-        /// accepted (possibly fewer) by the acceptor.
-        streams: u8,
-        /// The acceptor's ticket for this connection set's JOINs (0 from the dialer).
-        token: u64,
-    },
+    Session(Session),
     /// Bytes of the link stream the sender has received and handled: the peer
     /// may forget them (they will never be replayed).
     Ack {
@@ -278,7 +265,7 @@ impl Frame {
             Frame::Reset { .. } => FrameType::Reset,
             Frame::Ping { .. } => FrameType::Ping,
             Frame::Pong { .. } => FrameType::Pong,
-            Frame::Session { .. } => FrameType::Session,
+            Frame::Session(_) => FrameType::Session,
             Frame::Ack { .. } => FrameType::Ack,
             Frame::Join { .. } => FrameType::Join,
             Frame::Stripe { .. } => FrameType::Stripe,
@@ -289,22 +276,13 @@ impl Frame {
     pub fn payload_len(&self) -> usize {
         match self {
             Frame::Hello { site, .. } => 4 + 4 + NONCE_LEN + 1 + site.len(),
-            Frame::Auth { .. } => TAG_LEN,
-            Frame::Open { .. } => 4 + 4 + 1 + 1 + 2 + 16 + 2 + 16,
-            Frame::OpenReply { .. } => 4 + 1 + 4,
             Frame::Data { data, .. } => DATA_HEADER + data.len(),
             Frame::Batch(entries) => entries
                 .iter()
                 .map(|e| BATCH_ENTRY_HEADER + e.data.len())
                 .sum(),
-            Frame::Credit { .. } => 8,
-            Frame::Fin { .. } => 4,
-            Frame::Reset { .. } => 5,
-            Frame::Ping { .. } | Frame::Pong { .. } => 8,
-            Frame::Session { .. } => 26,
-            Frame::Ack { .. } => 8,
-            Frame::Join { .. } => 16,
             Frame::Stripe { data, .. } => STRIPE_HEADER + data.len(),
+            fixed => fixed.kind().fixed_len().expect("a fixed-size frame type"),
         }
     }
 
@@ -390,18 +368,12 @@ impl Frame {
                 head.put_u8(*reason as u8);
             }
             Frame::Ping { token } | Frame::Pong { token } => head.put_u64(*token),
-            Frame::Session {
-                session,
-                received,
-                resume,
-                streams,
-                token,
-            } => {
-                head.put_u64(*session);
-                head.put_u64(*received);
-                head.put_u8(if *resume { SESSION_RESUME } else { 0 });
-                head.put_u8(*streams);
-                head.put_u64(*token);
+            Frame::Session(s) => {
+                head.put_u64(s.session);
+                head.put_u64(s.received);
+                head.put_u8(if s.resume { SESSION_RESUME } else { 0 });
+                head.put_u8(s.streams);
+                head.put_u64(s.token);
             }
             Frame::Ack { received } => head.put_u64(*received),
             Frame::Join { session, token } => {
@@ -646,6 +618,9 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             Err(bad("payload length does not match the frame type"))
         }
     };
+    if let Some(n) = kind.fixed_len() {
+        exact(&p, n)?;
+    }
     let frame = match kind {
         FrameType::Hello => {
             if p.len() < 4 + 4 + NONCE_LEN + 1 {
@@ -668,13 +643,11 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             }
         }
         FrameType::Auth => {
-            exact(&p, TAG_LEN)?;
             let mut tag = [0u8; TAG_LEN];
             p.copy_to_slice(&mut tag);
             Frame::Auth { tag }
         }
         FrameType::Open => {
-            exact(&p, 46)?;
             let flow = p.get_u32();
             let window = p.get_u32();
             let dfam = p.get_u8();
@@ -691,14 +664,11 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
                 src,
             }
         }
-        FrameType::OpenReply => {
-            exact(&p, 9)?;
-            Frame::OpenReply {
-                flow: p.get_u32(),
-                status: p.get_u8(),
-                window: p.get_u32(),
-            }
-        }
+        FrameType::OpenReply => Frame::OpenReply {
+            flow: p.get_u32(),
+            status: p.get_u8(),
+            window: p.get_u32(),
+        },
         FrameType::Data => {
             if p.len() < DATA_HEADER {
                 return Err(bad("payload too short"));
@@ -732,33 +702,19 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             }
             Frame::Batch(entries)
         }
-        FrameType::Credit => {
-            exact(&p, 8)?;
-            Frame::Credit {
-                flow: p.get_u32(),
-                grant: p.get_u32(),
-            }
-        }
-        FrameType::Fin => {
-            exact(&p, 4)?;
-            Frame::Fin { flow: p.get_u32() }
-        }
+        FrameType::Credit => Frame::Credit {
+            flow: p.get_u32(),
+            grant: p.get_u32(),
+        },
+        FrameType::Fin => Frame::Fin { flow: p.get_u32() },
         FrameType::Reset => {
-            exact(&p, 5)?;
             let flow = p.get_u32();
             let reason = ResetReason::from_u8(p.get_u8()).ok_or(bad("unknown reset reason"))?;
             Frame::Reset { flow, reason }
         }
-        FrameType::Ping => {
-            exact(&p, 8)?;
-            Frame::Ping { token: p.get_u64() }
-        }
-        FrameType::Pong => {
-            exact(&p, 8)?;
-            Frame::Pong { token: p.get_u64() }
-        }
+        FrameType::Ping => Frame::Ping { token: p.get_u64() },
+        FrameType::Pong => Frame::Pong { token: p.get_u64() },
         FrameType::Session => {
-            exact(&p, 26)?;
             let session = p.get_u64();
             let received = p.get_u64();
             let flags = p.get_u8();
@@ -769,21 +725,18 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             if streams == 0 {
                 return Err(bad("zero streams"));
             }
-            Frame::Session {
+            Frame::Session(Session {
                 session,
                 received,
                 resume: flags & SESSION_RESUME != 0,
                 streams,
                 token: p.get_u64(),
-            }
+            })
         }
-        FrameType::Join => {
-            exact(&p, 16)?;
-            Frame::Join {
-                session: p.get_u64(),
-                token: p.get_u64(),
-            }
-        }
+        FrameType::Join => Frame::Join {
+            session: p.get_u64(),
+            token: p.get_u64(),
+        },
         FrameType::Stripe => {
             if p.len() < STRIPE_HEADER {
                 return Err(bad("short STRIPE"));
@@ -791,12 +744,9 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             let seq = p.get_u64();
             Frame::Stripe { seq, data: p }
         }
-        FrameType::Ack => {
-            exact(&p, 8)?;
-            Frame::Ack {
-                received: p.get_u64(),
-            }
-        }
+        FrameType::Ack => Frame::Ack {
+            received: p.get_u64(),
+        },
     };
     Ok(frame)
 }
@@ -1055,13 +1005,13 @@ mod tests {
                 any::<u64>()
             )
                 .prop_map(|(session, received, resume, streams, token)| {
-                    Frame::Session {
+                    Frame::Session(Session {
                         session,
                         received,
                         resume,
                         streams,
                         token,
-                    }
+                    })
                 }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(session, token)| Frame::Join { session, token }),

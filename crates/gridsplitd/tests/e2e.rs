@@ -266,14 +266,8 @@ async fn stopping_a_gateway_mid_transfer_resets_clients_quickly() {
         let l = TcpListener::bind(addr(k, 2, 20, 5000)).await.unwrap();
         let server = tokio::spawn(async move {
             let (mut s, _, _) = accept_relayed(&l).await;
-            let mut buf = vec![0u8; 65536];
             // Read until the relay dies: this side must see an error or EOF too.
-            loop {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
+            read_until_closed(&mut s).await;
         });
         let (mut c, st) = gs_connect(
             ip(k, 1, 10),
@@ -352,17 +346,8 @@ async fn garbage_on_the_wan_port_closes_only_that_connection() {
                 .await
                 .unwrap();
             let _ = s.write_all(junk).await;
-            let mut buf = vec![0u8; 4096];
             // The gateway talks (its HELLO) and then hangs up on us.
-            let closed = within(5, async {
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                }
-            })
-            .await;
+            let closed = within(5, read_until_closed(&mut s)).await;
             assert!(closed.is_ok(), "gateway kept a garbage connection open");
         }
         assert!(b.shared.metrics.wan_protocol_errors.load(Ordering::Relaxed) >= 3);
@@ -404,21 +389,8 @@ async fn an_authenticated_peer_breaking_the_protocol_loses_its_link() {
         let mut conn = dial_as_alpha(k).await;
         // A resume of a session beta never had: refused (counted), and a new
         // session starts instead.
-        conn.send_frame(&Frame::Session {
-            session: 0x5eed,
-            received: 1234,
-            resume: true,
-            streams: 1,
-            token: 0,
-        })
-        .await
-        .unwrap();
-        match conn.recv_frame().await.unwrap() {
-            Frame::Session {
-                session, resume, ..
-            } => assert_eq!((session, resume), (0x5eed, false)),
-            other => panic!("{other:?}"),
-        }
+        let answer = session(&mut conn, 0x5eed, 1234, true).await;
+        assert_eq!((answer.session, answer.resume), (0x5eed, false));
         assert_eq!(b.shared.metrics.resume_refused.load(Ordering::Relaxed), 1);
         wait_link(&b, "alpha").await;
         // DATA for a flow nobody opened.

@@ -236,16 +236,7 @@ async fn a_peer_on_the_old_protocol_is_refused() {
         hello.push(5);
         hello.extend_from_slice(b"alpha");
         s.write_all(&hello).await.unwrap();
-        let mut buf = vec![0u8; 4096];
-        let closed = within(5, async {
-            loop {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-        })
-        .await;
+        let closed = within(5, read_until_closed(&mut s)).await;
         assert!(closed.is_ok(), "an old peer's connection was kept open");
         assert_eq!(b.shared.metrics.auth_failures.load(Ordering::Relaxed), 1);
         assert!(b.shared.link_to("alpha").is_none());
@@ -272,7 +263,10 @@ async fn an_ack_out_of_range_closes_the_connection_and_the_session_resumes() {
         // We play alpha by hand, with the right key.
         let dial = || dial_as_alpha(k);
         let mut conn = dial().await;
-        assert!(!session(&mut conn, 0, false).await, "a new session");
+        assert!(
+            !session(&mut conn, 0xabc, 0, false).await.resume,
+            "a new session"
+        );
         wait_link(&b, "alpha").await;
         conn.send_frame(&Frame::Ack { received: 1 << 40 })
             .await
@@ -288,7 +282,7 @@ async fn an_ack_out_of_range_closes_the_connection_and_the_session_resumes() {
         );
         // The same session resumes on a new connection.
         let mut conn = dial().await;
-        assert!(session(&mut conn, 0, true).await, "resumed");
+        assert!(session(&mut conn, 0xabc, 0, true).await.resume, "resumed");
         wait_link(&b, "alpha").await;
         assert_eq!(
             b.shared
@@ -302,34 +296,13 @@ async fn an_ack_out_of_range_closes_the_connection_and_the_session_resumes() {
         // A resume claiming more than beta ever sent: refused, a new session.
         tokio::time::sleep(Duration::from_millis(100)).await;
         let mut conn = dial().await;
-        assert!(!session(&mut conn, 1 << 40, true).await, "refused");
+        assert!(
+            !session(&mut conn, 0xabc, 1 << 40, true).await.resume,
+            "refused"
+        );
         assert_eq!(b.shared.metrics.resume_refused.load(Ordering::Relaxed), 1);
         b.stop().await;
     })
     .await
     .expect("timed out");
-}
-
-/// Sends SESSION(0xabc, received, resume) as a dialer would; returns the
-/// acceptor's RESUME answer.
-async fn session(
-    conn: &mut gridsplitd::transfer::tcp::TcpConn,
-    received: u64,
-    resume: bool,
-) -> bool {
-    use gridsplitd::transfer::WanConn;
-    use gridsplitd::wire::Frame;
-    conn.send_frame(&Frame::Session {
-        session: 0xabc,
-        received,
-        resume,
-        streams: 1,
-        token: 0,
-    })
-    .await
-    .unwrap();
-    match conn.recv_frame().await.unwrap() {
-        Frame::Session { resume, .. } => resume,
-        other => panic!("{other:?}"),
-    }
 }

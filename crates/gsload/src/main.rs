@@ -22,6 +22,10 @@
 
 // gridsplitd's own LAN formats, compiled in from its source file: one definition
 // of the bytes, and gsload builds even while the gateway's other modules change.
+// lanproto.rs declares its codes with gridsplitd's `wire_enum!`, included likewise.
+#[path = "../../gridsplitd/src/wire_enum.rs"]
+#[macro_use]
+mod wire_enum;
 #[path = "../../gridsplitd/src/lanproto.rs"]
 #[allow(dead_code)]
 mod lanproto;

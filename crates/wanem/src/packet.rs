@@ -235,28 +235,32 @@ impl PacketSocket {
         }
         // SAFETY: every mmsghdr points at an iovec and a control buffer owned by
         // `batch`, which outlives the call; the kernel writes within the lengths given.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.fd.as_raw_fd(),
-                batch.msgs.as_mut_ptr(),
-                batch.msgs.len() as _,
-                libc::MSG_DONTWAIT,
-                ptr::null_mut(),
-            )
-        };
+        batch.received = unsafe { self.recvmmsg(&mut batch.msgs, 0)? };
+        Ok(batch.received)
+    }
+
+    /// One non-blocking recvmmsg into `msgs` (with `flags` added); returns how many
+    /// messages arrived, 0 when none were waiting or a signal interrupted the call.
+    ///
+    /// # Safety
+    /// Every mmsghdr in `msgs` must point at buffers that are valid for the lengths
+    /// it gives, and that the kernel may write to.
+    unsafe fn recvmmsg(&self, msgs: &mut [libc::mmsghdr], flags: libc::c_int) -> io::Result<usize> {
+        let r = libc::recvmmsg(
+            self.fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            msgs.len() as _,
+            flags | libc::MSG_DONTWAIT,
+            ptr::null_mut(),
+        );
         if r < 0 {
             let e = io::Error::last_os_error();
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) {
-                batch.received = 0;
-                return Ok(0);
-            }
-            return Err(e);
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
         }
-        batch.received = r as usize;
-        Ok(batch.received)
+        Ok(r as usize)
     }
 
     /// Sends `frames` (each with its virtio_net_hdr in front) in one sendmmsg.
@@ -313,23 +317,8 @@ impl PacketSocket {
             }
             // SAFETY: as in recv_batch; the iovecs are empty, the control buffers
             // belong to `batch`.
-            let r = unsafe {
-                libc::recvmmsg(
-                    self.fd.as_raw_fd(),
-                    batch.msgs.as_mut_ptr(),
-                    batch.msgs.len() as _,
-                    libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-                    ptr::null_mut(),
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
-                    _ => Err(e),
-                };
-            }
-            for m in &batch.msgs[..r as usize] {
+            let r = unsafe { self.recvmmsg(&mut batch.msgs, libc::MSG_ERRQUEUE)? };
+            for m in &batch.msgs[..r] {
                 // SAFETY: the kernel filled the control buffer and set its length.
                 unsafe {
                     let mut cmsg = libc::CMSG_FIRSTHDR(&m.msg_hdr);
@@ -346,7 +335,7 @@ impl PacketSocket {
                     }
                 }
             }
-            if (r as usize) < batch.msgs.len() {
+            if r < batch.msgs.len() {
                 return Ok(());
             }
         }

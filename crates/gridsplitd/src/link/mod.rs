@@ -48,7 +48,7 @@ use crate::metrics::Metrics;
 use crate::schedule::{self, Chunk};
 use crate::transfer::{RecvError, WanProbe};
 use crate::tune::Applied;
-use crate::wire::{FlowId, Frame};
+use crate::wire::{FlowId, Frame, Session};
 use crate::Shared;
 use send::SendQueue;
 
@@ -376,6 +376,18 @@ impl Link {
         (v, total)
     }
 
+    /// A flow of this link, drawing on the gateway's send pool within its limits.
+    fn new_flow(&self, id: FlowId, origin: Origin, src: SocketAddr, dst: SocketAddr) -> Arc<Flow> {
+        Flow::new(
+            id,
+            self.shared.send_pool.clone(),
+            &self.shared.cfg.limits,
+            origin,
+            src,
+            dst,
+        )
+    }
+
     pub fn open_local_flow(
         &self,
         window: OwnedSemaphorePermit,
@@ -388,14 +400,7 @@ impl Link {
         let mut t = self.table.lock().unwrap();
         let id = t.next_local;
         t.next_local = t.next_local.checked_add(2)?;
-        let flow = Flow::new(
-            id,
-            self.shared.send_pool.clone(),
-            &self.shared.cfg.limits,
-            Origin::Local,
-            src,
-            dst,
-        );
+        let flow = self.new_flow(id, Origin::Local, src, dst);
         let window = flow.set_window(window);
         let reply = flow.expect_reply();
         t.flows.insert(id, flow.clone());
@@ -470,13 +475,13 @@ impl Link {
     /// it (a SESSION frame without RESUME on the established connection), so
     /// that its flows are reset at once instead of held for `outage_limit`.
     pub fn say_goodbye(&self) {
-        self.queue_control(Frame::Session {
+        self.queue_control(Frame::Session(Session {
             session: self.session,
             received: self.received(),
             resume: false,
             streams: 1,
             token: 0,
-        });
+        }));
     }
 
     /// Shuts the current connection down both ways, as a failing network would

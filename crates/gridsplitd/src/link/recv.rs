@@ -115,14 +115,7 @@ impl Link {
                         return Err(LinkError::Violation(format!("OPEN reuses flow id {flow}")));
                     }
                     t.peer_max = flow;
-                    let f = Flow::new(
-                        flow,
-                        self.shared.send_pool.clone(),
-                        &self.shared.cfg.limits,
-                        Origin::Remote,
-                        src,
-                        dst,
-                    );
+                    let f = self.new_flow(flow, Origin::Remote, src, dst);
                     t.flows.insert(flow, f.clone());
                     f
                 };
@@ -142,15 +135,10 @@ impl Link {
                 r.map_err(|e| LinkError::Sequence(format!("ACK: {e}")))?;
             }
             // The peer's gateway is stopping: the session ends here too, now.
-            Frame::Session {
-                session,
-                resume: false,
-                ..
-            } if session == self.session => return Err(LinkError::PeerEnded),
-            Frame::Hello { .. }
-            | Frame::Auth { .. }
-            | Frame::Session { .. }
-            | Frame::Join { .. } => {
+            Frame::Session(s) if !s.resume && s.session == self.session => {
+                return Err(LinkError::PeerEnded)
+            }
+            Frame::Hello { .. } | Frame::Auth { .. } | Frame::Session(_) | Frame::Join { .. } => {
                 return Err(LinkError::Violation(
                     "handshake frame on an established link".into(),
                 ));

@@ -30,7 +30,7 @@ use super::{Link, Role};
 use crate::auth::PeerInfo;
 use crate::transfer::tcp::TcpConn;
 use crate::transfer::WanConn;
-use crate::wire::{Frame, FrameType};
+use crate::wire::{Frame, FrameType, Session};
 use crate::Shared;
 
 /// A session ready for a connection, and where the peer's stream resumes.
@@ -44,13 +44,35 @@ pub(super) struct Ready {
     pub(super) set: Option<mpsc::UnboundedReceiver<TcpConn>>,
 }
 
-/// A SESSION frame's fields.
-pub(super) struct SessionMsg {
-    session: u64,
-    received: u64,
-    resume: bool,
-    streams: u8,
-    token: u64,
+impl Ready {
+    /// `link` resumed, the peer's stream carrying on after `peer_received` bytes.
+    fn resumed(link: Arc<Link>, peer_received: u64, streams: u8, token: u64) -> Ready {
+        Ready {
+            link,
+            peer_received,
+            streams,
+            token,
+            set: None,
+        }
+    }
+
+    /// A new session `id` with `peer`, installed as the gateway's link to it.
+    fn fresh(
+        shared: &Arc<Shared>,
+        peer: &PeerInfo,
+        role: Role,
+        id: u64,
+        streams: u8,
+        token: u64,
+    ) -> Ready {
+        let link = Link::new(shared, &peer.site, role, id, peer.max_frame);
+        shared.install_link(link.clone());
+        shared
+            .metrics
+            .links_established
+            .fetch_add(1, Ordering::Relaxed);
+        Ready::resumed(link, 0, streams, token)
+    }
 }
 
 pub(super) fn fresh_session_id() -> u64 {
@@ -74,21 +96,9 @@ pub(super) async fn recv_first<C: WanConn>(conn: &mut C) -> Result<Frame, String
     }
 }
 
-pub(super) fn as_session(f: Frame) -> Result<SessionMsg, String> {
+pub(super) fn as_session(f: Frame) -> Result<Session, String> {
     match f {
-        Frame::Session {
-            session,
-            received,
-            resume,
-            streams,
-            token,
-        } => Ok(SessionMsg {
-            session,
-            received,
-            resume,
-            streams,
-            token,
-        }),
+        Frame::Session(s) => Ok(s),
         f => Err(format!(
             "expected {:?} after AUTH, got {:?}",
             FrameType::Session,
@@ -125,13 +135,13 @@ pub(super) async fn dialer_session<C: WanConn>(
         Some(l) => (l.session, l.received(), true),
         None => (fresh_session_id(), 0, false),
     };
-    conn.send_frame(&Frame::Session {
+    conn.send_frame(&Frame::Session(Session {
         session: id,
         received,
         resume,
         streams,
         token: 0,
-    })
+    }))
     .await
     .map_err(|e| format!("sending SESSION: {e}"))?;
     let answer = as_session(recv_first(conn).await?)?;
@@ -150,15 +160,7 @@ pub(super) async fn dialer_session<C: WanConn>(
         if resumed && old.max_frame == peer.max_frame {
             let check = old.send.lock().unwrap().replay.check(peer_received);
             match check {
-                Ok(()) => {
-                    return Ok(Ready {
-                        link: old,
-                        peer_received,
-                        streams,
-                        token,
-                        set: None,
-                    })
-                }
+                Ok(()) => return Ok(Ready::resumed(old, peer_received, streams, token)),
                 Err(e) => {
                     refuse_resume(shared, &peer.site, &e.to_string());
                     end_session(shared, &old, "the peer's received count is out of range");
@@ -168,19 +170,7 @@ pub(super) async fn dialer_session<C: WanConn>(
         }
         end_session(shared, &old, "the peer holds no state for it (restarted?)");
     }
-    let link = Link::new(shared, &peer.site, Role::Dialer, id, peer.max_frame);
-    shared.install_link(link.clone());
-    shared
-        .metrics
-        .links_established
-        .fetch_add(1, Ordering::Relaxed);
-    Ok(Ready {
-        link,
-        peer_received: 0,
-        streams,
-        token,
-        set: None,
-    })
+    Ok(Ready::fresh(shared, peer, Role::Dialer, id, streams, token))
 }
 
 /// The acceptor's side of the SESSION exchange, `first` being the dialer's.
@@ -188,7 +178,7 @@ pub(super) async fn acceptor_session<C: WanConn>(
     shared: &Arc<Shared>,
     conn: &mut C,
     peer: &PeerInfo,
-    first: SessionMsg,
+    first: Session,
 ) -> Result<Ready, String> {
     let (id, peer_received, resume) = (first.session, first.received, first.resume);
     let streams = first.streams.min(shared.cfg.wan_params(&peer.site).streams);
@@ -211,16 +201,7 @@ pub(super) async fn acceptor_session<C: WanConn>(
         _ => Err(String::new()),
     };
     let (ready, resumed) = match (old, resumable) {
-        (Some(link), Ok(())) => (
-            Ready {
-                link,
-                peer_received,
-                streams,
-                token,
-                set: None,
-            },
-            true,
-        ),
+        (Some(link), Ok(())) => (Ready::resumed(link, peer_received, streams, token), true),
         (old, why) => {
             if let (true, Err(why)) = (resume, &why) {
                 refuse_resume(shared, &peer.site, why);
@@ -228,22 +209,8 @@ pub(super) async fn acceptor_session<C: WanConn>(
             if let Some(old) = old {
                 end_session(shared, &old, "the peer started a new session");
             }
-            let link = Link::new(shared, &peer.site, Role::Acceptor, id, peer.max_frame);
-            shared.install_link(link.clone());
-            shared
-                .metrics
-                .links_established
-                .fetch_add(1, Ordering::Relaxed);
-            (
-                Ready {
-                    link,
-                    peer_received: 0,
-                    streams,
-                    token,
-                    set: None,
-                },
-                false,
-            )
+            let ready = Ready::fresh(shared, peer, Role::Acceptor, id, streams, token);
+            (ready, false)
         }
     };
     let mut ready = ready;
@@ -251,13 +218,13 @@ pub(super) async fn acceptor_session<C: WanConn>(
         // Open before answering: the dialer's JOINs may follow at once.
         ready.set = Some(stripes::open_set(&ready.link, token));
     }
-    let answer = Frame::Session {
+    let answer = Frame::Session(Session {
         session: id,
         received: if resumed { ready.link.received() } else { 0 },
         resume: resumed,
         streams,
         token,
-    };
+    });
     conn.send_frame(&answer)
         .await
         .map_err(|e| format!("answering SESSION: {e}"))?;

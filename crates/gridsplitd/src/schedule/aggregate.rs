@@ -7,48 +7,42 @@
 //! Arrival order is kept (so it is FIFO with packing). A chunk above `SMALL` is
 //! sent in a DATA frame of its own: packing it would save nothing.
 
-use super::{Chunk, ChunkQueue, Strategy};
+use super::{Chunk, ChunkQueue, HeadRule, InOrder};
 use crate::wire::{BatchEntry, FlowId, Frame, BATCH_ENTRY_HEADER, HEADER_LEN};
 
 /// Chunks up to this size are worth packing together.
 pub const SMALL: usize = 16 * 1024;
 
-#[derive(Default)]
-pub struct Aggregate {
-    q: ChunkQueue,
-}
+pub type Aggregate = InOrder<Pack>;
 
-impl Strategy for Aggregate {
-    fn name(&self) -> &'static str {
-        "aggregate"
-    }
+/// Aggregate's rule: the small chunks at the head packed into one BATCH.
+pub struct Pack;
 
-    fn push(&mut self, chunk: Chunk) {
-        self.q.push_back(chunk);
-    }
+impl HeadRule for Pack {
+    const NAME: &'static str = "aggregate";
 
-    fn next_frame(&mut self, room: usize) -> Option<Frame> {
+    fn next_frame(q: &mut ChunkQueue, room: usize) -> Option<Frame> {
         let fits = |c: &Chunk, used: usize| {
             c.data.len() <= SMALL && used + BATCH_ENTRY_HEADER + c.data.len() <= room
         };
-        let first = self.q.front()?;
+        let first = q.front()?;
         let packable = fits(first, HEADER_LEN)
-            && self.q.get(1).is_some_and(|second| {
+            && q.get(1).is_some_and(|second| {
                 fits(second, HEADER_LEN + BATCH_ENTRY_HEADER + first.data.len())
             });
         if !packable {
-            return self.q.one_frame(room);
+            return q.one_frame(room);
         }
         let mut used = HEADER_LEN;
         let mut entries = Vec::new();
         // Distinct flows in this batch, so a flow counts one frame however many
         // of its chunks the batch holds (few flows per batch: a scan is enough).
         let mut flows: Vec<FlowId> = Vec::new();
-        while let Some(c) = self.q.front() {
+        while let Some(c) = q.front() {
             if !fits(c, used) {
                 break;
             }
-            let c = self.q.pop_front().expect("front exists");
+            let c = q.pop_front().expect("front exists");
             used += BATCH_ENTRY_HEADER + c.data.len();
             if let Some(l) = c.lease {
                 let new_frame = !flows.contains(&c.flow);
@@ -66,23 +60,12 @@ impl Strategy for Aggregate {
         }
         Some(Frame::Batch(entries))
     }
-
-    fn remove_flow(&mut self, flow: FlowId) {
-        self.q.remove_flow(flow);
-    }
-
-    fn queued_bytes(&self) -> usize {
-        self.q.bytes()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.q.is_empty()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
+    use super::super::Strategy;
     use super::*;
 
     #[test]

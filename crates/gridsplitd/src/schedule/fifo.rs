@@ -1,43 +1,26 @@
 //! FIFO: chunks leave in the order they arrived, one frame each. The baseline the
 //! other strategies are measured against, and the lowest per-chunk overhead.
 
-use super::{Chunk, ChunkQueue, Strategy};
-use crate::wire::{FlowId, Frame};
+use super::{ChunkQueue, HeadRule, InOrder};
+use crate::wire::Frame;
 
-#[derive(Default)]
-pub struct Fifo {
-    q: ChunkQueue,
-}
+pub type Fifo = InOrder<OneEach>;
 
-impl Strategy for Fifo {
-    fn name(&self) -> &'static str {
-        "fifo"
-    }
+/// Fifo's rule: the head chunk in a frame of its own.
+pub struct OneEach;
 
-    fn push(&mut self, chunk: Chunk) {
-        self.q.push_back(chunk);
-    }
+impl HeadRule for OneEach {
+    const NAME: &'static str = "fifo";
 
-    fn next_frame(&mut self, room: usize) -> Option<Frame> {
-        self.q.one_frame(room)
-    }
-
-    fn remove_flow(&mut self, flow: FlowId) {
-        self.q.remove_flow(flow);
-    }
-
-    fn queued_bytes(&self) -> usize {
-        self.q.bytes()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.q.is_empty()
+    fn next_frame(q: &mut ChunkQueue, room: usize) -> Option<Frame> {
+        q.one_frame(room)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
+    use super::super::Strategy;
     use super::*;
 
     #[test]

@@ -15,6 +15,7 @@ mod aggregate;
 mod fair;
 mod fifo;
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -217,6 +218,56 @@ pub trait Strategy: Send {
     fn remove_flow(&mut self, flow: FlowId);
     fn queued_bytes(&self) -> usize;
     fn is_empty(&self) -> bool;
+}
+
+/// How an arrival-ordered strategy turns the head of its queue into the next
+/// frame: the one thing fifo and aggregate do differently.
+pub trait HeadRule {
+    const NAME: &'static str;
+    /// The next frame, at most `room` bytes, taken from the front of `q`.
+    fn next_frame(q: &mut ChunkQueue, room: usize) -> Option<Frame>;
+}
+
+/// A strategy that keeps chunks in arrival order in one `ChunkQueue` and frames
+/// them by the rule `R`.
+pub struct InOrder<R> {
+    q: ChunkQueue,
+    rule: PhantomData<fn() -> R>,
+}
+
+impl<R> Default for InOrder<R> {
+    fn default() -> Self {
+        Self {
+            q: ChunkQueue::default(),
+            rule: PhantomData,
+        }
+    }
+}
+
+impl<R: HeadRule> Strategy for InOrder<R> {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
+
+    fn push(&mut self, chunk: Chunk) {
+        self.q.push_back(chunk);
+    }
+
+    fn next_frame(&mut self, room: usize) -> Option<Frame> {
+        R::next_frame(&mut self.q, room)
+    }
+
+    fn remove_flow(&mut self, flow: FlowId) {
+        self.q.remove_flow(flow);
+    }
+
+    fn queued_bytes(&self) -> usize {
+        self.q.bytes()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
 }
 
 pub fn build(kind: StrategyKind) -> Box<dyn Strategy> {

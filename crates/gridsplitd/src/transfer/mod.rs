@@ -18,12 +18,14 @@ pub mod tcp;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 
 use thiserror::Error;
 
 use bytes::Bytes;
 
-use crate::tune::{Applied, TcpInfo};
+use crate::config::WanParams;
+use crate::tune::{self, Applied, TcpInfo};
 use crate::wire::{Frame, OutBuf, WireError};
 
 #[derive(Debug, Error)]
@@ -87,4 +89,47 @@ pub trait WanProbe: Send + Sync + 'static {
     fn applied(&self) -> Vec<Applied>;
     /// Shuts the transport down both ways, waking both halves with an error/EOF.
     fn close(&self);
+}
+
+/// Both drivers' probe: duplicates of the descriptors of the link's TCP
+/// connections, each with the parameters it was tuned with, so /status can
+/// query the kernel while the two halves are busy elsewhere.
+pub struct FdProbe {
+    streams: usize,
+    fds: Vec<(OwnedFd, WanParams)>,
+}
+
+impl FdProbe {
+    /// A link over `streams` connections, of which `fds` could be duplicated.
+    pub fn new(streams: usize, fds: Vec<(OwnedFd, WanParams)>) -> Self {
+        Self { streams, fds }
+    }
+}
+
+impl WanProbe for FdProbe {
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn tcp_info(&self) -> Vec<TcpInfo> {
+        self.fds
+            .iter()
+            .filter_map(|(fd, _)| tune::tcp_info(fd).ok())
+            .collect()
+    }
+
+    fn applied(&self) -> Vec<Applied> {
+        self.fds
+            .iter()
+            .map(|(fd, p)| tune::read_back(fd, p))
+            .collect()
+    }
+
+    fn close(&self) {
+        // shutdown() acts on the socket, not the descriptor: it ends the connection
+        // even though the halves still hold their own references.
+        for (fd, _) in &self.fds {
+            let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
+        }
+    }
 }

@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -38,9 +38,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::tcp::{self, TcpConn, READ_BLOCK, WRITE_BATCH};
-use super::{RecvError, WanConn, WanProbe, WanRx, WanTx, WanTxNow};
-use crate::config::WanParams;
-use crate::tune::{self, Applied, TcpInfo};
+use super::{FdProbe, RecvError, WanConn, WanRx, WanTx, WanTxNow};
+use crate::tune;
 use crate::wire::{self, Frame, OutBuf, WireError, HEADER_LEN, STRIPE_HEADER};
 
 /// Largest piece: small enough that a piece does not hold a lane's socket for
@@ -87,7 +86,7 @@ impl StripedConn {
 impl WanConn for StripedConn {
     type Tx = StripedTx;
     type Rx = StripedRx;
-    type Probe = StripedProbe;
+    type Probe = FdProbe;
 
     /// Handshake frames go on the first connection only, before `split`.
     async fn send_frame(&mut self, f: &Frame) -> io::Result<()> {
@@ -102,19 +101,18 @@ impl WanConn for StripedConn {
         self.lanes[0].peer_addr()
     }
 
-    fn split(self) -> (StripedTx, StripedRx, StripedProbe) {
+    fn split(self) -> (StripedTx, StripedRx, FdProbe) {
         let mut streams = Vec::new();
         let mut rx_lanes = Vec::new();
         let mut fds = Vec::new();
-        let mut params = Vec::new();
         let mut recv_max = 0;
+        let batch = tune::target_lowat(self.lanes[0].params()).min(WRITE_BATCH);
         for l in self.lanes {
             let (stream, rbuf, max, p) = l.into_parts();
             if let Ok(fd) = stream.as_fd().try_clone_to_owned() {
-                fds.push(fd);
+                fds.push((fd, p));
             }
             recv_max = max;
-            params.push(p);
             let stream = Arc::new(stream);
             streams.push(stream.clone());
             rx_lanes.push(LaneRx {
@@ -124,7 +122,6 @@ impl WanConn for StripedConn {
                 held: 0,
             });
         }
-        let batch = tune::target_lowat(&params[0]).min(WRITE_BATCH);
         let piece = PIECE_MAX
             .min(batch)
             .min(self.peer_max_frame - HEADER_LEN - STRIPE_HEADER);
@@ -136,7 +133,7 @@ impl WanConn for StripedConn {
             stream: BytesMut::with_capacity(READ_BLOCK),
             max: recv_max,
         };
-        (tx, rx, StripedProbe { fds, params })
+        (tx, rx, FdProbe::new(fds.len(), fds))
     }
 }
 
@@ -480,39 +477,6 @@ impl WanRx for StripedRx {
             if !self.advance()? {
                 return Ok(None);
             }
-        }
-    }
-}
-
-/// Duplicates of the lanes' descriptors, for /status.
-pub struct StripedProbe {
-    fds: Vec<OwnedFd>,
-    params: Vec<WanParams>,
-}
-
-impl WanProbe for StripedProbe {
-    fn streams(&self) -> usize {
-        self.fds.len()
-    }
-
-    fn tcp_info(&self) -> Vec<TcpInfo> {
-        self.fds
-            .iter()
-            .filter_map(|fd| tune::tcp_info(fd).ok())
-            .collect()
-    }
-
-    fn applied(&self) -> Vec<Applied> {
-        self.fds
-            .iter()
-            .zip(&self.params)
-            .map(|(fd, p)| tune::read_back(fd, p))
-            .collect()
-    }
-
-    fn close(&self) {
-        for fd in &self.fds {
-            let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
         }
     }
 }

@@ -11,16 +11,16 @@
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use super::{RecvError, WanConn, WanProbe, WanRx, WanTx, WanTxNow};
+use super::{FdProbe, RecvError, WanConn, WanRx, WanTx, WanTxNow};
 use crate::config::WanParams;
-use crate::tune::{self, Applied, TcpInfo};
+use crate::tune::{self, Applied};
 use crate::wire::{self, Frame, OutBuf};
 
 /// Most bytes the writer gathers into one vectored write: large enough to amortise
@@ -174,7 +174,7 @@ pub(crate) async fn write_all_segments(
 impl WanConn for TcpConn {
     type Tx = TcpTx;
     type Rx = TcpRx;
-    type Probe = TcpProbe;
+    type Probe = FdProbe;
 
     async fn send_frame(&mut self, f: &Frame) -> io::Result<()> {
         let mut out = OutBuf::new();
@@ -190,8 +190,12 @@ impl WanConn for TcpConn {
         self.peer
     }
 
-    fn split(self) -> (TcpTx, TcpRx, TcpProbe) {
+    fn split(self) -> (TcpTx, TcpRx, FdProbe) {
         let fd = self.stream.as_fd().try_clone_to_owned().ok();
+        let probe = FdProbe::new(
+            1,
+            fd.map(|fd| (fd, self.params.clone())).into_iter().collect(),
+        );
         let stream = Arc::new(self.stream);
         (
             TcpTx {
@@ -203,10 +207,7 @@ impl WanConn for TcpConn {
                 rbuf: self.rbuf,
                 max: self.recv_max,
             },
-            TcpProbe {
-                fd,
-                params: self.params,
-            },
+            probe,
         )
     }
 }
@@ -343,40 +344,5 @@ impl WanRx for TcpRx {
 
     fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {
         Ok(wire::decode(&mut self.rbuf, self.max)?)
-    }
-}
-
-/// A duplicate of the socket's descriptor, so /status can query the kernel while
-/// the two halves are busy elsewhere.
-pub struct TcpProbe {
-    fd: Option<OwnedFd>,
-    params: WanParams,
-}
-
-impl WanProbe for TcpProbe {
-    fn streams(&self) -> usize {
-        1
-    }
-
-    fn tcp_info(&self) -> Vec<TcpInfo> {
-        self.fd
-            .iter()
-            .filter_map(|fd| tune::tcp_info(fd).ok())
-            .collect()
-    }
-
-    fn applied(&self) -> Vec<Applied> {
-        self.fd
-            .iter()
-            .map(|fd| tune::read_back(fd, &self.params))
-            .collect()
-    }
-
-    fn close(&self) {
-        // shutdown() acts on the socket, not the descriptor: it ends the connection
-        // even though the halves still hold their own references.
-        if let Some(fd) = &self.fd {
-            let _ = socket2::SockRef::from(fd).shutdown(std::net::Shutdown::Both);
-        }
     }
 }

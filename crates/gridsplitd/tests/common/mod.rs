@@ -202,6 +202,13 @@ pub async fn read_all(s: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Ve
     Ok(v)
 }
 
+/// Reads and drops whatever arrives until the peer closes the connection or it
+/// fails.
+pub async fn read_until_closed(s: &mut (impl AsyncReadExt + Unpin)) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok(1..) = s.read(&mut buf).await {}
+}
+
 pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
@@ -393,4 +400,29 @@ pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
     .unwrap();
     assert_eq!(peer.site, "beta");
     conn
+}
+
+/// Sends SESSION(session, received, resume) on `conn` as a dialing gateway
+/// would, and returns the acceptor's answer.
+pub async fn session(
+    conn: &mut gridsplitd::transfer::tcp::TcpConn,
+    session: u64,
+    received: u64,
+    resume: bool,
+) -> gridsplitd::wire::Session {
+    use gridsplitd::transfer::WanConn;
+    use gridsplitd::wire::{Frame, Session};
+    conn.send_frame(&Frame::Session(Session {
+        session,
+        received,
+        resume,
+        streams: 1,
+        token: 0,
+    }))
+    .await
+    .unwrap();
+    match conn.recv_frame().await.unwrap() {
+        Frame::Session(answer) => answer,
+        other => panic!("{other:?}"),
+    }
 }
