@@ -351,7 +351,8 @@ def _print_advice(res: dict, m: int) -> None:
         for c in p["ops"]:
             lo, hi = c["range"]
             band = f"{c['split_over_direct']:.2f} ({lo:.2f}-{hi:.2f})" + ("" if c["band"]["validated"] else " not validated")
-            advice_txt = ("[green]split[/green]" if c["split"] else "direct") + ("" if c["confident"] else " (within band)")
+            advice_txt = ("[green]split[/green]" if c["split"] else "direct") + (
+                " (no direct route)" if not c["direct_possible"] else "" if c["confident"] else " (within band)")
             t.add_row(" – ".join(p["sites"]), c["op"], fmt_t(c["direct_s"]), fmt_t(c["split_s"]), band, advice_txt,
                       str(c["streams"]) if c["streams"] else "-")
     con.print(t)

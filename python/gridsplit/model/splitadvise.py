@@ -92,10 +92,11 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
             c = sm.cell(topo, job, (a.name, b.name))
             band = _band(bands, op)
             lo, hi = c["ratio"] - band["p90"], c["ratio"] + band["p90"]
+            # Unrouted sites ([addressing] routed = false) reach each other only through the gateways.
             entry["ops"].append({"op": op, "direct_s": c["direct_s"], "split_s": c["split_s"],
-                                 "split_over_direct": c["ratio"], "split": c["split"],
-                                 "band": band, "range": [max(lo, 0.0), hi],
-                                 "confident": hi < sm.DECIDE_BELOW or lo > 1 + TOLERANCE,
+                                 "split_over_direct": c["ratio"], "split": c["split"] or not topo.routed,
+                                 "direct_possible": topo.routed, "band": band, "range": [max(lo, 0.0), hi],
+                                 "confident": hi < sm.DECIDE_BELOW or lo > 1 + TOLERANCE or not topo.routed,
                                  "streams": c.get("streams"),
                                  "direct_parts": c["direct_parts"], "split_parts": c["split_parts"]})
         out.append(entry)
@@ -113,6 +114,9 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
     out = {}
     for w in topo.wans:
         if not (topo.site(w.a).gateway and topo.site(w.b).gateway):
+            continue
+        if not topo.routed:
+            out[(w.a, w.b)] = (True, "split: the sites' subnets are not routed to each other ([addressing] routed = false)")
             continue
         empty = [x for x in (w.a, w.b) if not topo.site(x).nodes]
         if empty:
