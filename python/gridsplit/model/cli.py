@@ -83,7 +83,8 @@ def model() -> None:
     gridsplit model measure                      # LAN, WAN and split pLogP parameters of the running lab
     gridsplit model predict --op bcast -P 16 --size 1M
     gridsplit model validate --measure           # the committed benchmark, regenerated in one command
-    gridsplit model advise --topology paper --nodes 8 --size 1M
+    gridsplit model advise --topology paper --nodes 8 --size 1M   # split or direct per site pair, no lab
+    gridsplit model validate-split               # the split model against committed bench results, no lab
     """
 
 
@@ -385,7 +386,7 @@ def _print_advice(res: dict, m: int) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output directory [gridsplit-out/model/DATE-split].")
 def validate_split(files, out) -> None:
-    """Score the split model against committed `gridsplit bench` results (no lab) [the files of issue 22].
+    """Score the split model against `gridsplit bench` result files, no lab [the committed ones of issue 22].
 
     Writes validation.json (every cell), summary.json (what `advise` quotes) and README.md.
     """
