@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..bench.results import GOODPUT, HEADERS
 from ..errors import GridsplitError
@@ -322,15 +323,15 @@ def ranks_of(topo: Topology) -> list[Site]:
     return order
 
 
-def _path(topo: Topology, a: Site, b: Site, split: bool, i: int = 0, j: int = 0) -> list[tuple[str, float]]:
+def _path(topo: Topology, a: Site, b: Site, split: bool, i: int = 0, j: int = 0) -> list[tuple[tuple, float]]:
     """The (resource, payload rate) a byte from rank i (a node of `a`) to rank j (of `b`) crosses."""
-    res = [(f"rank {i} NIC out", Bps(a.nic_mbps)), (f"rank {j} NIC in", Bps(b.nic_mbps))]
+    res = [(("rank", i, "NIC out"), Bps(a.nic_mbps)), (("rank", j, "NIC in"), Bps(b.nic_mbps))]
     if a.name == b.name:
         return res
-    res.append((f"WAN {a.name}->{b.name}", Bps(topo.wan(a.name, b.name).rate_mbps)))
+    res.append((("WAN", a.name, b.name), Bps(topo.wan(a.name, b.name).rate_mbps)))
     if split:
         # One NIC per gateway: in from the nodes and out to the WAN at a, in from the WAN and out to the nodes at b.
-        res += [(f"{x.name} gateway NIC {d}", Bps(x.gateway_nic_mbps)) for x in (a, b) for d in ("in", "out")]
+        res += [((x.name, "gateway NIC", d), Bps(x.gateway_nic_mbps)) for x in (a, b) for d in ("in", "out")]
     return res
 
 
@@ -362,7 +363,14 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
             "incast": lost * recovery_s(w0, rtt) + ramp_s(volume, BETA * min(w0, volume), rate, rtt, MSS)}
 
 
-def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
+def alltoall(topo: Topology, job: Job, split) -> dict:
+    """`_alltoall` with the relayed site pairs given as any collection of pairs (cached: the
+    direct exchange is the same for every site pair `advise` asks about)."""
+    return _alltoall(topo, job, frozenset(frozenset(p) for p in split))
+
+
+@lru_cache(maxsize=32)
+def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dict:
     """MPI_Alltoall of every node of the grid, `job.size` bytes per ordered rank pair, with the
     site pairs in `split` relayed. Above the eager limit both libraries run the pairwise
     exchange: P-1 steps, in step k rank i sends to i+k and receives from i-k, and a step ends
@@ -379,19 +387,26 @@ def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
     relay = lambda a, b: a.name != b.name and frozenset((a.name, b.name)) in split
     rtt_max = max((w.rtt_ms / 1e3 for w in topo.wans if topo.site(w.a).nodes and topo.site(w.b).nodes), default=LAN_RTT_S)
     steps = [[(i, (i + k) % P) for i in range(P)] for k in range(1, P)]
-    path = lambda i, j: _path(topo, ranks[i], ranks[j], relay(ranks[i], ranks[j]), i, j)
+    paths = {(i, j): _path(topo, ranks[i], ranks[j], relay(ranks[i], ranks[j]), i, j) for step in steps for i, j in step}
+    path = paths.__getitem__
     if job.rendezvous:
         def exchange(idle: float) -> dict[str, float]:
             """The steps' parts, each step's from its slowest pair."""
             parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": 0.0, "slow_start": 0.0, "incast": 0.0}
+            memo: dict[tuple, dict[str, float]] = {}   # pairs of the same sites and share take the same time
+
+            def one(i: int, j: int, share: float) -> dict[str, float]:
+                key = (ranks[i].name, ranks[j].name, share)
+                if key not in memo:
+                    memo[key] = _transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]), share, job.size, idle)
+                return memo[key]
             for step in steps:
-                users: dict[str, int] = {}
-                for i, j in step:
-                    for r, _ in path(i, j):
+                users: dict[tuple, int] = {}
+                for pair in step:
+                    for r, _ in path(pair):
                         users[r] = users.get(r, 0) + 1
-                slowest = max((_transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]),
-                                         min(rate / users[r] for r, rate in path(i, j)), job.size, idle)
-                               for i, j in step), key=lambda t: sum(t.values()))
+                slowest = max((one(i, j, min(rate / users[r] for r, rate in path((i, j)))) for i, j in step),
+                              key=lambda t: sum(t.values()))
                 for k, v in slowest.items():
                     parts[k] += v
             return parts
@@ -400,11 +415,11 @@ def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
         first = sum(exchange((P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max)).values())
         parts = exchange(first * (P - 2) / (P - 1) + rtt_max)
         return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "pairwise", "steps": P - 1}
-    load: dict[str, float] = {}
-    rate: dict[str, float] = {}
+    load: dict[tuple, float] = {}
+    rate: dict[tuple, float] = {}
     for step in steps:
-        for i, j in step:
-            for r, bps in path(i, j):
+        for pair in step:
+            for r, bps in path(pair):
                 load[r] = load.get(r, 0.0) + job.size
                 rate[r] = bps
     times = {r: load[r] / rate[r] for r in load}
@@ -418,7 +433,8 @@ def alltoall(topo: Topology, job: Job, split: set[frozenset[str]]) -> dict:
                 rec = max(rec, r * recovery_s(min(job.size, IW), topo.wan(s.name, o.name).rtt_ms / 1e3))
     parts = {"latency": rtt_max, "relay": RELAY_S * 2 if split else 0.0, "transfer": times[bottleneck],
              "slow_start": 0.0, "incast": rec}
-    return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "all at once", "bottleneck": bottleneck}
+    return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "all at once",
+            "bottleneck": " ".join(map(str, bottleneck))}
 
 
 def pingpong(topo: Topology, job: Job, split: bool) -> dict:
@@ -450,9 +466,9 @@ def predict(topo: Topology, job: Job, split: bool, pair: tuple[str, str] | None 
         raise GridsplitError(f"MPI library {job.impl!r} is unknown to the model (it knows {', '.join(IMPLS)}); "
                              f"its eager limit and polling are what it needs: `gridsplit model measure --impl` measures them")
     if job.op == "alltoall":
-        pairs = {frozenset((w.a, w.b)) for w in topo.wans}
-        chosen = pairs if pair is None else {frozenset(pair)}
-        return alltoall(topo, job, chosen if split else set())
+        pairs = frozenset(frozenset((w.a, w.b)) for w in topo.wans)
+        chosen = pairs if pair is None else frozenset({frozenset(pair)})
+        return alltoall(topo, job, chosen if split else frozenset())
     sub = restrict(topo, pair) if pair else topo
     if job.op == "pingpong":
         return pingpong(sub, job, split)
