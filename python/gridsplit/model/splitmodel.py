@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from collections import Counter
 from functools import lru_cache
 
 from ..bench.results import GOODPUT, HEADERS
@@ -323,9 +324,10 @@ def ranks_of(topo: Topology) -> list[Site]:
     return order
 
 
-def _path(topo: Topology, a: Site, b: Site, split: bool, i: int = 0, j: int = 0) -> list[tuple[tuple, float]]:
-    """The (resource, payload rate) a byte from rank i (a node of `a`) to rank j (of `b`) crosses."""
-    res = [(("rank", i, "NIC out"), Bps(a.nic_mbps)), (("rank", j, "NIC in"), Bps(b.nic_mbps))]
+def _path(topo: Topology, a: Site, b: Site, split: bool) -> list[tuple[tuple, float]]:
+    """The (resource, payload rate) a byte from a node of `a` to a node of `b` crosses; ("rank", site, ...)
+    stands for the one rank's NIC at either end."""
+    res = [(("rank", a.name, "NIC out"), Bps(a.nic_mbps)), (("rank", b.name, "NIC in"), Bps(b.nic_mbps))]
     if a.name == b.name:
         return res
     res.append((("WAN", a.name, b.name), Bps(topo.wan(a.name, b.name).rate_mbps)))
@@ -380,49 +382,51 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     leaves at once: the busiest resource of the whole exchange, plus the farthest pair's
     crossing, plus the incast rounds at a node's port (one burst per remote site, since
     sites at other distances arrive at other times)."""
-    ranks = ranks_of(topo)
-    P = len(ranks)
+    names = [r.name for r in ranks_of(topo)]
+    P = len(names)
     if P < 2:
         raise GridsplitError(f"topology {topo.name!r} has one node: an all-to-all needs two ranks or more")
+    site = {x.name: x for x in topo.sites}
     relay = lambda a, b: a.name != b.name and frozenset((a.name, b.name)) in split
     rtt_max = max((w.rtt_ms / 1e3 for w in topo.wans if topo.site(w.a).nodes and topo.site(w.b).nodes), default=LAN_RTT_S)
-    steps = [[(i, (i + k) % P) for i in range(P)] for k in range(1, P)]
-    paths = {(i, j): _path(topo, ranks[i], ranks[j], relay(ranks[i], ranks[j]), i, j) for step in steps for i, j in step}
-    path = paths.__getitem__
+    route = {(a, b): _path(topo, site[a], site[b], relay(site[a], site[b])) for a in site for b in site}
     if job.rendezvous:
+        # Per step, how many rank pairs go from each site to each: a rank's NIC carries one message
+        # of a step, the WAN links and gateways are shared by the step's pairs that cross them.
+        steps = [Counter((names[i], names[(i + k) % P]) for i in range(P)) for k in range(1, P)]
+
         def exchange(idle: float) -> dict[str, float]:
             """The steps' parts, each step's from its slowest pair."""
             parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": 0.0, "slow_start": 0.0, "incast": 0.0}
-            memo: dict[tuple, dict[str, float]] = {}   # pairs of the same sites and share take the same time
-
-            def one(i: int, j: int, share: float) -> dict[str, float]:
-                key = (ranks[i].name, ranks[j].name, share)
-                if key not in memo:
-                    memo[key] = _transfer(topo, job, ranks[i], ranks[j], relay(ranks[i], ranks[j]), share, job.size, idle)
-                return memo[key]
+            memo: dict[tuple, dict[str, float]] = {}
             for step in steps:
-                users: dict[tuple, int] = {}
-                for pair in step:
-                    for r, _ in path(pair):
-                        users[r] = users.get(r, 0) + 1
-                slowest = max((one(i, j, min(rate / users[r] for r, rate in path((i, j)))) for i, j in step),
-                              key=lambda t: sum(t.values()))
-                for k, v in slowest.items():
+                users: Counter = Counter()
+                for pair, n in step.items():
+                    users.update({r: n for r, _ in route[pair] if r[0] != "rank"})
+                times = []
+                for a, b in step:
+                    share = min(rate / users.get(r, 1) for r, rate in route[(a, b)])
+                    if (a, b, share) not in memo:
+                        memo[(a, b, share)] = _transfer(topo, job, site[a], site[b], relay(site[a], site[b]),
+                                                        share, job.size, idle)
+                    times.append(memo[(a, b, share)])
+                for k, v in max(times, key=lambda t: sum(t.values())).items():
                     parts[k] += v
             return parts
         # Each pair's connection carries one message per repetition: idle for the rest of it
         # (the other steps, then the barrier), which a first estimate gives.
-        first = sum(exchange((P - 2) * (job.size / min(Bps(s.nic_mbps) for s in topo.sites) + rtt_max)).values())
+        first = sum(exchange((P - 2) * (job.size / min(Bps(x.nic_mbps) for x in topo.sites) + rtt_max)).values())
         parts = exchange(first * (P - 2) / (P - 1) + rtt_max)
         return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "pairwise", "steps": P - 1}
-    load: dict[tuple, float] = {}
+    load: Counter = Counter()
     rate: dict[tuple, float] = {}
-    for step in steps:
-        for pair in step:
-            for r, bps in path(pair):
-                load[r] = load.get(r, 0.0) + job.size
-                rate[r] = bps
-    times = {r: load[r] / rate[r] for r in load}
+    for (a, b), hops in route.items():
+        pairs = site[a].nodes * (site[b].nodes - (a == b))
+        for r, bps in hops:
+            # A rank's NIC carries its own share of the site's pairs.
+            load[r] += job.size * pairs / (site[r[1]].nodes if r[0] == "rank" else 1)
+            rate[r] = bps
+    times = {r: load[r] / rate[r] for r in load if load[r]}
     bottleneck = max(times, key=times.get)
     rec = 0.0
     for s in topo.sites:
