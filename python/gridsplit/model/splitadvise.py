@@ -110,13 +110,17 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
     """What the gateways' config should split when the job is unknown: for each WAN pair whose
     two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
     A pair is split when the model predicts a gather gains (split/direct < DECIDE_BELOW) and
-    no all-to-all loses beyond TOLERANCE (POLICY_JOBS)."""
+    no all-to-all loses beyond TOLERANCE (POLICY_JOBS); always on an unrouted grid or with
+    `[gateways] split = "all"`; never when a site of the pair has no nodes."""
     out = {}
     for w in topo.wans:
         if not (topo.site(w.a).gateway and topo.site(w.b).gateway):
             continue
         if not topo.routed:
             out[(w.a, w.b)] = (True, "split: the sites' subnets are not routed to each other ([addressing] routed = false)")
+            continue
+        if topo.gateways.split == "all":
+            out[(w.a, w.b)] = (True, 'split: [gateways] split = "all"')
             continue
         empty = [x for x in (w.a, w.b) if not topo.site(x).nodes]
         if empty:
