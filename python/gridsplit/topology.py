@@ -200,6 +200,10 @@ class Topology:
     gateways: GatewaySettings = field(default_factory=GatewaySettings)
     lab: LabSettings = field(default_factory=LabSettings)
     scale: float = 1.0
+    # `[addressing] routed`: whether the sites' subnets are routed to each other.
+    # False: only the gateways' addresses are, as behind real site firewalls;
+    # nodes reach other sites only through the gateways (docs/deployment.md).
+    routed: bool = True
 
     # -- lookups ---------------------------------------------------------
     def site(self, name: str) -> Site:
@@ -311,6 +315,7 @@ class Topology:
                  "subnet": str(w.subnet)}
                 for w in self.wans
             ],
+            "routed": self.routed,
             "gateways": asdict(self.gateways),
             "lab": asdict(self.lab),
         }
@@ -384,12 +389,12 @@ class _Reader:
             self.fail(key, f"must be true or false, got {v!r}")
         return v
 
-    def network(self, key: str, default: str, min_prefix: int) -> ipaddress.IPv4Network:
+    def network(self, key: str, default: str, min_prefix: int, example: str = "10.71.0.0/16") -> ipaddress.IPv4Network:
         raw = self.string(key, default)
         try:
             net = ipaddress.IPv4Network(raw)
         except ValueError:
-            self.fail(key, f"{raw!r} is not an IPv4 prefix with host bits clear; e.g. \"10.71.0.0/16\"")
+            self.fail(key, f"{raw!r} is not an IPv4 prefix with host bits clear; e.g. \"{example}\"")
         if net.prefixlen > min_prefix:
             self.fail(key, f"{raw} is too small; use a /{min_prefix} or larger")
         if not net.is_private:
@@ -397,7 +402,7 @@ class _Reader:
         return net
 
 
-SITE_KEYS = ("name", "nodes", "max_nodes", "nic_mbps", "gateway_nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
+SITE_KEYS = ("name", "subnet", "nodes", "max_nodes", "nic_mbps", "gateway_nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
              "uplink_mbps", "gateway", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
@@ -405,7 +410,7 @@ TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "w
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
                 "lan_rto_min_us", "outage_limit_s", "wan_streams", "split")
-DEFAULT_KEYS = SITE_KEYS[3:] + ("wan_rate_mbps", "wan_buffer_bytes")
+DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
 def _tcp(src: str, path: str, table: Any, base: TcpSettings) -> TcpSettings:
@@ -442,16 +447,48 @@ def _wan_streams(g: _Reader) -> int:
     return g.integer("wan_streams", 0, lo=1, hi=16, example="wan_streams = 4") if g.has("wan_streams") else 0
 
 
+def _site_subnet(r: _Reader, wan_block: ipaddress.IPv4Network, sites: list[Site]) -> ipaddress.IPv4Network:
+    """`[[site]] subnet`: the site's own address plan (a real cluster's), instead of
+    the next /24 of addressing.sites. Nodes are its hosts .1 to .250, the router
+    .253 and the gateway .254, so it must be a /24 or larger."""
+    net = r.network("subnet", "", 24, example="10.0.0.0/24")
+    if net.overlaps(wan_block):
+        r.fail("subnet", f"{net} overlaps addressing.wan {wan_block}; pick disjoint ranges")
+    _no_overlap(r, "subnet", net, sites, str(net))
+    return net
+
+
+def _no_overlap(r: _Reader, key: str, net: ipaddress.IPv4Network, sites: list[Site], what: str) -> None:
+    """Refuse two sites with overlapping address plans (the same private 10.0.0.0/24 at two sites): nodes
+    tell sites apart by subnet alone (libgridsplit.so steers a connection by the subnet its destination is
+    in, and gateways relay by it), so a destination in both could not be placed."""
+    for other in sites:
+        if net.overlaps(other.subnet):
+            r.fail(key, f"{what} overlaps site {other.name}'s {other.subnet}: the node library and the gateways "
+                        f"tell sites apart by subnet alone, so two sites with one address plan cannot be told "
+                        f"apart; renumber one site's plan, or give it a distinct subnet")
+
+
+def _split(g: _Reader, routed: bool) -> str:
+    """`[gateways] split`; on an unroutable grid ([addressing] routed = false) every pair must be split."""
+    split = g.string("split", "auto" if routed else "all", ("auto", "all"))
+    if not routed and split != "all":
+        g.fail("split", f'"{split}" may keep a site pair direct, and with [addressing] routed = false its nodes '
+                        'cannot reach each other directly; leave split unset or set it to "all"')
+    return split
+
+
 def parse_topology(data: dict[str, Any], src: str) -> Topology:
     """Validate a parsed TOML document and resolve it into a Topology."""
     top = _Reader(src, "", data, TOP_KEYS)
     name = top.string("name", Path(src).stem)
     scale = top.number("scale", 1.0, lo=1.0, hi=1000.0)
-    addressing = _Reader(src, "addressing", data.get("addressing", {}), ("sites", "wan"))
+    addressing = _Reader(src, "addressing", data.get("addressing", {}), ("sites", "wan", "routed"))
     sites_block = addressing.network("sites", "10.71.0.0/16", 20)
     wan_block = addressing.network("wan", "10.72.0.0/16", 24)
     if sites_block.overlaps(wan_block):
         addressing.fail("wan", f"{wan_block} overlaps addressing.sites {sites_block}; pick disjoint ranges")
+    routed = addressing.boolean("routed", True)
 
     d = _Reader(src, "defaults", data.get("defaults", {}), DEFAULT_KEYS)
     dnic = d.number("nic_mbps", 1000.0, hi=100000, example="nic_mbps = 1000")
@@ -493,8 +530,13 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         gateway = r.boolean("gateway", dgw)
         if nodes == 0 and not gateway:
             r.fail("nodes", "a site needs at least one node or a gateway")
-        if i + 1 >= len(subnets):
+        if r.has("subnet"):
+            subnet = _site_subnet(r, wan_block, sites)
+        elif i + 1 >= len(subnets):
             r.fail("name", f"too many sites for addressing.sites {sites_block}")
+        else:
+            subnet = subnets[i + 1]
+            _no_overlap(r, "name", subnet, sites, f"its default subnet {subnet} (from addressing.sites)")
         nic = r.number("nic_mbps", dnic, hi=100000, example="nic_mbps = 1000")
         sites.append(Site(
             name=sname, index=i + 1, nodes=nodes, max_nodes=max_nodes,
@@ -505,8 +547,13 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             uplink_mbps=r.number("uplink_mbps", dup, positive=False, lo=0, hi=100000),
             gateway=gateway,
             tcp=_tcp(src, f"{path}.tcp", raw.get("tcp", {}), dtcp),
-            subnet=subnets[i + 1],
+            subnet=subnet,
         ))
+    if not routed:
+        bare = [s.name for s in sites if not s.gateway]
+        if bare:
+            addressing.fail("routed", f"false needs a gateway at every site (the gateways are all that reach each "
+                                      f"other), and {', '.join(bare)} has none; set gateway = true there")
 
     names = [s.name for s in sites]
     wan_subnets = wan_block.subnets(new_prefix=30)
@@ -573,7 +620,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
         wan_streams=_wan_streams(g),
-        split=g.string("split", "auto", ("auto", "all")),
+        split=_split(g, routed),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")
@@ -582,6 +629,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     return Topology(
         name=name, description=top.string("description", ""), source=src,
         sites=tuple(resolved), wans=tuple(wans), sites_block=sites_block, wan_block=wan_block, gateways=gw, lab=lab,
+        routed=routed,
     ).scaled(scale)
 
 

@@ -338,6 +338,12 @@ def run_plan(op: str, topology: str, scale: float | None, pts: list[Point], reps
     """Run `pts` in order on the lab (brought up or reused), appending rows to `out`; points already
     in `out` are skipped, so a sweep resumes. `extra_meta` (e.g. `bench ab`'s sides) goes into the
     meta row and must match a resumed file's."""
+    if "direct" in {p.mode for p in pts}:
+        topo = load_topology(topology, None, scale)
+        if not topo.routed:
+            raise GridsplitError(f"direct mode cannot run on topology {topo.name!r}: its sites are unroutable "
+                                 "([addressing] routed = false), so nodes reach other sites only through the "
+                                 "gateways and a direct job would fail; use --modes split")
     names = LabNames.from_env()
     extra_meta = json.loads(json.dumps(extra_meta or {}))
     done: dict[tuple, dict] = {}

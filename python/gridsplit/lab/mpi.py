@@ -72,6 +72,17 @@ def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
     return env
 
 
+def refuse_direct(state: LabState, hosts: list[Host], env: dict[str, str] | None) -> None:
+    """Refuse, in one line, a job without the gateways (direct mode) across the sites of an
+    unroutable grid: its nodes cannot reach each other, and the job would fail or hang."""
+    sites = sorted({h.site for h in hosts})
+    if state.topo.routed or len(sites) < 2 or "GRIDSPLIT_CONFIG" in (env or {}):
+        return
+    raise GridsplitError(f"direct mode cannot run across sites {', '.join(sites)} of topology {state.topo.name!r}: "
+                         "its sites are unroutable ([addressing] routed = false), so nodes reach other sites only "
+                         "through the gateways; use --split")
+
+
 def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str],
             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The argv (run from the first host) and environment of one MPI job.
@@ -81,8 +92,16 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
     """
     rsh = str(launcher(state))
     names = ",".join(h.name for h in hosts)
-    block = str(state.topo.sites_block)
+    topo = state.topo
+    block = ",".join([str(topo.sites_block), *(str(s.subnet) for s in topo.sites
+                                               if not s.subnet.subnet_of(topo.sites_block))])
     full_env = dict(os.environ)
+    if not topo.routed and "GRIDSPLIT_CONFIG" in env:
+        # On an unroutable grid the launcher's own connections across sites (MPICH's
+        # proxies and Open MPI's daemons calling back to the launcher) need the
+        # gateways too: the launcher, and with it everything the ssh stand-in
+        # starts, loads the library as well (preload/README.md: "their launchers").
+        full_env.update({k: v for k, v in env.items() if k.startswith(("LD_PRELOAD", "GRIDSPLIT_"))})
     if impl == "mpich":
         sysdeps.need_tool("mpiexec.mpich")
         full_env.setdefault("UCX_TLS", "tcp,self")
@@ -134,6 +153,7 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
         raise GridsplitError("no program given; usage: gridsplit lab mpirun -n N -- PROG ARGS")
     if not hosts:
         raise GridsplitError("no hosts to run on")
+    refuse_direct(state, hosts, env)
     argv, full_env = command(state, impl, n, hosts, prog, {**({} if poll else RANK_ENV.get(impl, {})), **(env or {})})
     # A session of its own, so that a timeout can find everything the launcher
     # started (proxies make sessions of their own, hence the tree walk below).

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..gateway import ADMIN, GATEWAY_HOST_SYSCTLS, gateway_toml, lan_initrwnd, lan_mss, new_psk, nodes_conf
-from ..topology import PRESETS, GatewaySettings, Host, LabSettings, Topology, load_topology
+from ..topology import PRESETS, GatewaySettings, Host, LabSettings, Topology, WanLink, load_topology
 from . import names as N
 from ..procs import zombie
 from .undoers import kill_undoers
@@ -347,9 +347,10 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             # With a reduced LAN MSS, two of its segments (gateway.lan_initrwnd).
             rwnd = lan_initrwnd(gateway_lan_mss(topo, site.name), initrwnd) if h.role == "gateway" else 0
             lan_route = f"{cc} initrwnd {rwnd}" if rwnd else cc
-            ip_batch(hns, [f"addr add {h.ip}/24 dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
+            ip_batch(hns, [f"addr add {h.ip}/{site.subnet.prefixlen} dev {N.HOST_IF}", f"link set {N.HOST_IF} up",
                            f"route replace {site.subnet} dev {N.HOST_IF} proto kernel scope link src {h.ip} {lan_route}",
-                           f"route add {topo.sites_block} via {site.router_ip} dev {N.HOST_IF} {cc}"])
+                           *[f"route add {net} via {site.router_ip} dev {N.HOST_IF} {cc}"
+                             for net in _remote_nets(topo, site.name)]])
             in_ns(hns, ["ethtool", "-K", N.HOST_IF, "tso", "off", "gso", "off", "gro", "off"])
             tc_batch(hns, [tbf_line(N.HOST_IF, h.nic_mbps, site.nic_queue_bytes, "nic")])
             extra = {"net.ipv4.tcp_no_metrics_save": "1"}
@@ -358,12 +359,17 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
                 extra.update(gateway_host_sysctls(topo.lab))
             _sysctl(hns, {**site.tcp.sysctls(), **extra})
 
-        ip_batch(rt, [f"addr add {site.router_ip}/24 dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
+        ip_batch(rt, [f"addr add {site.router_ip}/{site.subnet.prefixlen} dev {N.RT_LAN}", f"link set {N.RT_LAN} up"])
         # The delay line hands the router GSO super-frames (GRO on the WAN side,
         # below); segmenting them on the way out to the switch keeps every switch
         # port's drop-tail buffer dropping one MTU-sized frame at a time.
         in_ns(rt, ["ethtool", "-K", N.RT_LAN, "tso", "off", "gso", "off", "gro", "off"])
-        _sysctl(rt, {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0"})
+        _sysctl(rt, {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0",
+                     # An unroutable grid's router answers every refused packet (routes_to_peer): not
+                     # one a second per sender, which would leave a node's later connects to time out.
+                     **({} if topo.routed else {"net.ipv4.icmp_ratelimit": "0"})})
+        if not topo.routed:  # the own gateway's packets skip the refusals of routes_to_peer
+            ip_batch(rt, [f"rule add pref {GATEWAY_RULE_PREF} from {site.gateway_ip}/32 lookup main"])
 
     progress(f"WAN: {len(topo.wans)} link(s)")
     wan_lines, wan_gro = [], []
@@ -373,7 +379,7 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
             rt, dev, peer = names.router_ns(site), N.rt_wan_if(w.peer(site)), N.wan_if(w.index, side)
             ip_batch(rt, [f"link add {dev} type veth peer name {peer} netns {names.wan_ns}",
                           f"addr add {w.ip(site)}/30 dev {dev}", f"link set {dev} up",
-                          f"route add {topo.site(w.peer(site)).subnet} via {w.ip(w.peer(site))} dev {dev}"])
+                          *routes_to_peer(topo, w, site, dev)])
             in_ns(rt, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
             if cpu is not None:
                 in_ns(rt, ["sh", "-c", f"echo {_rps_mask(cpu)} > /sys/class/net/{dev}/queues/rx-0/rps_cpus"])
@@ -388,6 +394,43 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
     ip_batch(names.wan_ns, wan_lines)
     if wan_gro:
         in_ns(names.wan_ns, ["sh", "-c", " && ".join(wan_gro)])
+
+
+def _remote_nets(topo: Topology, site: str) -> list[str]:
+    """What a host of `site` routes through its site router: the address plan's
+    block, and any other site's own subnet outside it (`[[site]] subnet`)."""
+    return [str(topo.sites_block), *(str(o.subnet) for o in topo.sites
+                                     if o.name != site and not o.subnet.subnet_of(topo.sites_block))]
+
+
+# Routing rule priorities of an unroutable grid's routers ([addressing] routed =
+# false): after the faults' rules (fault.FAULT_BASE + id, so a blackout still
+# blackholes the gateways' traffic), before the main table's (32766).
+GATEWAY_RULE_PREF = 29000
+
+
+def routes_to_peer(topo: Topology, w: WanLink, site: str, dev: str) -> list[str]:
+    """`ip` commands giving `site`'s router its routes toward the peer site of WAN link `w`.
+
+    Routed grids: the peer site's subnet, via the link. Unroutable grids
+    ([addressing] routed = false), as behind real site firewalls: only the peer
+    gateway's address is routed, and only for the own gateway (a rule, added
+    with the router, sends the own gateway's packets to the main table; one
+    per peer refuses everyone else's to the peer gateway), and the peer's
+    subnet is a `prohibit` route. A refused packet is answered at once with ICMP "administratively prohibited", which ends the
+    sender's connect() with EHOSTUNREACH ("No route to host") within a LAN round
+    trip, like a firewall's REJECT; a `blackhole` (a DROP) would leave it
+    retrying SYNs for two minutes, and `unreachable` would claim that no such
+    host exists, where a policy refuses it.
+    """
+    peer = topo.site(w.peer(site))
+    via = f"via {w.ip(peer.name)} dev {dev}"
+    if topo.routed:
+        return [f"route add {peer.subnet} {via}"]
+    k = sorted(s.name for s in topo.sites).index(peer.name)
+    return [f"route add prohibit {peer.subnet}",
+            f"route add {peer.gateway_ip}/32 {via}",
+            f"rule add pref {GATEWAY_RULE_PREF + 1 + k} to {peer.gateway_ip}/32 prohibit"]
 
 
 def gateway_host_sysctls(lab: LabSettings) -> dict[str, str]:
@@ -516,8 +559,11 @@ def _calibrate(topo: Topology, names: LabNames, wanem: str, pid: int, poll: bool
     `lab check`'s 0.2 ms bound.
     """
     w = topo.wans[0]
-    src = next(h for h in topo.hosts() if h.site == w.a)
-    dst = next(h for h in topo.hosts() if h.site == w.b)
+    # Node to node; on an unroutable grid the gateways are all that reach each
+    # other across sites, over the same hops (NIC, switch, router, WAN).
+    role = ("node", "gateway") if topo.routed else ("gateway",)
+    src = next(h for h in topo.hosts() if h.site == w.a and h.role in role)
+    dst = next(h for h in topo.hosts() if h.site == w.b and h.role in role)
     ping_ns = names.host_ns(src)
     ping(ping_ns, str(dst.ip), 2, 0.05)  # resolve ARP on every hop first
     samples = ping(ping_ns, str(dst.ip), CALIBRATION_PROBES, 0.01)
