@@ -72,6 +72,10 @@ def summarize_apps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                            for m, x in (("direct", direct), ("split", split))},
                 "verified": {m: [sum(1 for r in x if r["verified"] is True), len(x)]
                              for m, x in (("direct", direct), ("split", split))},
+                "checked": any(r["verified"] is not None for r in direct + split),
+                # the app's own checks (HPCC's parts) that did not pass in some run, with their verdicts
+                "checks_not_passed": sorted({f"{k} {v}" for r in direct + split
+                                             for k, v in (r.get("checks") or {}).items() if v != "passed"}),
                 "same_identical": None if not sames else len(sames) == 1,
                 "tests": outcome_diff(direct, split),
                 "figures": {f: {m: median_of(r["figures"].get(f) for r in _ok(x))
@@ -89,8 +93,10 @@ def correctness(s: dict[str, Any]) -> str:
     """One cell: verified counts, identical results or test sets, timeouts and failures."""
     parts = []
     v = s["verified"]
-    if any(n for _, n in v.values()) and (v["direct"][0] or v["split"][0] or s["tests"]):
+    if s["checked"]:
         parts.append(f"verified {v['direct'][0]}/{v['direct'][1]} direct, {v['split'][0]}/{v['split'][1]} split")
+    if s["checks_not_passed"]:
+        parts.append("own checks: " + ", ".join(s["checks_not_passed"]))
     if s["same_identical"] is not None:
         parts.append("results identical" if s["same_identical"] else "RESULTS DIFFER")
     if s["tests"]:
