@@ -1,0 +1,156 @@
+//! Unit tests of the configuration: the documented example loads, `[[link]]`
+//! merges over `[wan]`, every error is one line naming its field, and subnets.
+
+use super::*;
+
+fn sample(extra_gateway: &str, tail: &str) -> String {
+    format!(
+        r#"
+[gateway]
+site = "bordeaux"
+lan_listen = "10.71.1.254:7100"
+wan_listen = "10.71.1.254:7200"
+admin_listen = "127.0.0.1:7300"
+strategy = "fair"
+psk_file = "PSK"
+connect_timeout_ms = 5000
+{extra_gateway}
+[limits]
+per_flow_buffer = 4194304
+total_buffer = 268435456
+max_frame = 262144
+[wan]
+congestion = "cubic"
+bandwidth_bps = 1000000000
+rtt_ms = 10.6
+socket_buffer = 0
+pacing_bps = 0
+nodelay = true
+[[site]]
+name = "bordeaux"
+subnet = "10.71.1.0/24"
+gateway_lan = "10.71.1.254:7100"
+gateway_wan = "10.71.1.254:7200"
+[[site]]
+name = "sophia"
+subnet = "10.71.2.0/24"
+gateway_lan = "10.71.2.254:7100"
+gateway_wan = "10.71.2.254:7200"
+{tail}
+"#
+    )
+}
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    // One directory per call: tests run in parallel and must not share the key file.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("gs-cfg-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("PSK"), b"0123456789abcdef0123\n").unwrap();
+    Config::from_toml(text, &dir.join("gw.toml"))
+}
+
+#[test]
+fn the_documented_example_loads() {
+    let c = load(&sample("", "")).unwrap();
+    assert_eq!(c.site, "bordeaux");
+    assert_eq!(c.strategy, StrategyKind::Fair);
+    assert_eq!(c.psk, b"0123456789abcdef0123");
+    assert_eq!(c.peers().count(), 1);
+    assert!(c.own_site().subnet.contains("10.71.1.9".parse().unwrap()));
+    assert_eq!(
+        c.site_of("10.71.2.3".parse().unwrap()).unwrap().name,
+        "sophia"
+    );
+    assert_eq!(c.wan_params("sophia").rtt_ms, 10.6);
+}
+
+#[test]
+fn link_overrides_merge_over_wan() {
+    let c = load(&sample(
+        "",
+        "[[link]]\npeer = \"sophia\"\ncongestion = \"bbr\"\n",
+    ))
+    .unwrap();
+    let p = c.wan_params("sophia");
+    assert_eq!(p.congestion, "bbr");
+    assert_eq!(p.bandwidth_bps, 1_000_000_000);
+}
+
+#[test]
+fn paced_means_a_cap_that_linux_paces_below() {
+    assert!(!load(&sample("", "")).unwrap().paced());
+    let capped = "[[link]]\npeer = \"sophia\"\npacing_bps = 98000000\n";
+    assert!(load(&sample("", capped)).unwrap().paced());
+    let bbr = format!("{capped}congestion = \"bbr\"\n");
+    assert!(!load(&sample("", &bbr)).unwrap().paced());
+}
+
+#[test]
+fn errors_are_one_line_and_name_the_field() {
+    let cases = [
+        (sample("bogus = 1", ""), "gateway"),
+        (
+            sample("", "[[link]]\npeer = \"bordeaux\"\n"),
+            "link[0].peer",
+        ),
+        (
+            sample("", "").replace("\"fair\"", "\"lifo\""),
+            "gateway.strategy",
+        ),
+        (
+            sample("", "").replace("127.0.0.1:7300", "10.71.1.254:7300"),
+            "gateway.admin_listen",
+        ),
+        (
+            sample("", "").replace("10.71.2.0/24", "10.71.1.128/25"),
+            "site[1].subnet",
+        ),
+        (
+            sample("", "").replace("site = \"bordeaux\"", "site = \"lyon\""),
+            "gateway.site",
+        ),
+        (
+            sample("", "").replace("max_frame = 262144", "max_frame = 10"),
+            "limits.max_frame",
+        ),
+        (
+            sample("", "").replace("\"PSK\"", "\"missing\""),
+            "gateway.psk_file",
+        ),
+        (
+            sample("", "").replace("rtt_ms = 10.6", "rtt_ms = \"x\""),
+            "wan.rtt_ms",
+        ),
+        (
+            sample("", "[lan]\nwindow_budget = 100\n"),
+            "lan.window_budget",
+        ),
+        (sample("", "[lan]\nrto_min_us = 900000\n"), "lan.rto_min_us"),
+        (sample("", "[lan]\nmss = 100\n"), "lan.mss"),
+        (sample("", "[lan]\nrto_min = 8\n"), "lan"),
+    ];
+    for (text, field) in cases {
+        let e = load(&text).unwrap_err();
+        let line = e.to_string();
+        assert!(e.field.starts_with(field), "{field}: {line}");
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("fix:"), "{line}");
+    }
+}
+
+#[test]
+fn subnets() {
+    let s = Subnet::parse("10.0.0.0/8").unwrap();
+    assert!(s.contains("10.255.1.1".parse().unwrap()));
+    assert!(!s.contains("11.0.0.1".parse().unwrap()));
+    assert!(s.contains("::ffff:10.1.2.3".parse().unwrap()));
+    assert!(Subnet::parse("10.0.0.1/8").is_err());
+    assert!(Subnet::parse("0.0.0.0/0")
+        .unwrap()
+        .contains("1.2.3.4".parse().unwrap()));
+    assert!(Subnet::parse("fd00::/64")
+        .unwrap()
+        .contains("fd00::5".parse().unwrap()));
+}
