@@ -14,7 +14,7 @@ import pytest
 
 from conftest import PREFIX, gridsplit, needs_root
 from gridsplit.errors import GridsplitError
-from gridsplit.lab.realize import GATEWAY_RULE_PREF, routes_to_peer
+from gridsplit.lab.realize import GATEWAY_RULE_PREF, _remote_nets, routes_to_peer
 from gridsplit.topology import load_topology, parse_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +101,13 @@ def test_distinct_site_subnets_reach_the_node_file(tmp_path):
     one_line_error(gridsplit("gateway", "nodes-config", "-t",
                              write(tmp_path, "x.toml", text.replace("10.50.0.0/24", "10.72.0.0/24")), check=False),
                    "overlaps addressing.wan")
+
+
+def test_lab_hosts_route_site_subnets_outside_the_address_block():
+    t = parse_topology(tomllib.loads(MINI.replace('name = "east"', 'name = "east"\nsubnet = "10.50.0.0/24"')), "s.toml")
+    assert [str(s.subnet) for s in t.sites] == ["10.50.0.0/24", "10.71.2.0/24"]
+    assert _remote_nets(t, "west") == ["10.71.0.0/16", "10.50.0.0/24"]
+    assert _remote_nets(t, "east") == ["10.71.0.0/16"]
 
 
 def test_unroutable_routers_route_only_the_gateways():
