@@ -271,6 +271,9 @@ def bench_app(apps: list[tuple[App, list[str]]], topology: str, scale: float | N
     state = ensure_lab(names, topology, None, scale, con)
     if "split" in modes and not state.data.get("gateways"):
         raise GridsplitError("split mode needs gateways, and this lab has none running")
+    if "direct" in modes and not state.topo.routed:
+        raise GridsplitError(f"direct mode cannot run on topology {state.topo.name!r}: its sites are unroutable "
+                             "([addressing] routed = false); use --modes split")
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     checked: set[str] = set()
