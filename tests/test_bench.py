@@ -19,7 +19,8 @@ import pytest
 
 from conftest import PREFIX, gridsplit
 
-from gridsplit.bench.results import FULL_FRAME, read_rows, summarize
+from gridsplit.bench.results import read_rows, summarize
+from gridsplit.tcpbound import FULL_FRAME
 from gridsplit.bench.measure import attribute
 from gridsplit.lab import counters as C
 from gridsplit.lab.names import LabNames, sw_port

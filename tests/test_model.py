@@ -350,7 +350,7 @@ def test_split_random_loss_mathis_per_connection_and_striped_streams():
     assert SM.random_loss_rate(C100, 1e5, 0.020, 0.0005, 1) > 0.9 * C100
     topo = splitvalidate.topology_from_meta(json.loads((LOSSY / "gather.jsonl").read_text().splitlines()[0])["topology"], "x")
     a, b = SM.pair_sites(topo)
-    from gridsplit.gateway import wan_streams
+    from gridsplit.capacity import wan_streams
     assert SM.streams_for(topo, a, b, SM.Job("gather", 1)) == wan_streams(100, 20, 0.0005)[0] == 4
     one = SM.cell(topo, SM.Job("gather", 1_000_000, streams=1))
     four = SM.cell(topo, SM.Job("gather", 1_000_000))
@@ -364,7 +364,7 @@ def test_split_model_on_the_issue_example():
     assert SM.cell(topo, SM.Job("gather", 500_000, "openmpi"))["ratio"] == pytest.approx(0.83, abs=0.1)
     assert SM.cell(topo, SM.Job("gather", 500_000, "mpich"))["ratio"] == pytest.approx(0.33, abs=0.1)
     policy = splitadvise.split_policy(load_topology(str(THREE / "three-gw4.toml")))
-    from gridsplit.gateway import split_pairs
+    from gridsplit.capacity import split_pairs
     assert set(policy) == set(split_pairs(load_topology(str(THREE / "three-gw4.toml"))))
     assert all(why.startswith("split" if yes else "direct") for yes, why in policy.values())
 

@@ -182,7 +182,8 @@ def test_gateway_status_tells_sub_segment_windows(capsys):
 def test_lan_mss_fits_one_segment_per_node(tmp_path):
     """The MSS a gateway offers its LAN: full-size where full segments fit its switch port, else one whole
     segment from every node of the site fits (payload budget and wire bytes), and gridsplitd accepts it."""
-    from gridsplit.gateway import gateway_toml, lan_mss, lan_window_budget
+    from gridsplit.capacity import lan_window_budget
+    from gridsplit.gateway import gateway_toml, lan_mss
     from gridsplit.topology import load_topology
     assert lan_mss(load_topology("paper", nodes=16), "bordeaux") == 0
     topo = load_topology("paper", nodes=20)
@@ -210,7 +211,7 @@ def test_lan_mss_fits_one_segment_per_node(tmp_path):
 
 def test_wan_streams_reach_the_link_rate_at_its_loss():
     """The fewest connections whose Mathis bounds add up to the link's rate; one without loss; capped at 16."""
-    from gridsplit.gateway import wan_streams
+    from gridsplit.capacity import wan_streams
     from gridsplit.tcpbound import mathis_mbps
     assert wan_streams(1000, 10, 0.0)[0] == 1
     one = mathis_mbps(1448, 20, 0.0005)  # about 31.6 Mb/s
@@ -253,10 +254,13 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
 
 
 def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path):
-    """A pair is split when both gateways carry their site's cross-site traffic at the nodes' direct rate,
-    counted twice (one NIC, two legs); otherwise its sites list each other in direct_to, with the reason;
+    """The capacity rule (capacity.split_pairs): a pair is split when both gateways carry their site's
+    cross-site traffic at the nodes' direct rate, counted twice (one NIC, two legs). The configs follow the
+    split model's policy: the sites of a pair kept direct list each other in direct_to, with the reason;
     `split = "all"` splits everything; and gridsplitd accepts the file."""
-    from gridsplit.gateway import gateway_load_mbps, gateway_toml, nodes_conf, sites_toml, split_pairs
+    from gridsplit.capacity import gateway_load_mbps, split_pairs
+    from gridsplit.gateway import gateway_toml, nodes_conf, sites_toml
+    from gridsplit.model.splitadvise import split_policy
     from gridsplit.topology import parse_topology
     three = ('[defaults]\nnic_mbps = 100\ngateway = true\n'
              '[[site]]\nname = "a"\nnodes = 3\n[[site]]\nname = "b"\nnodes = 2\n[[site]]\nname = "c"\nnodes = 1\n'
@@ -271,18 +275,25 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     gw4 = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 400")), "t")
     pol = split_pairs(gw4)
     assert pol[("b", "c")][0] and not pol[("a", "b")][0] and not pol[("a", "c")][0]
+    gw6 = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 600")), "t")
+    assert all(s for s, _ in split_pairs(gw6).values())
+    # The configs follow the split model's policy (model.splitadvise.split_policy): a pair stays direct
+    # unless splitting is predicted to gain somewhere and lose nowhere; one side of a pair lists it.
     text = sites_toml(gw4)
-    assert 'direct_to = "b c"' in text and text.count("direct_to") == 1  # one side of a pair lists it
+    direct = sorted(p for p, (s, _) in split_policy(gw4).items() if not s)
+    for a in "abc":
+        peers = " ".join(b for x, b in direct if x == a)
+        assert (f'direct_to = "{peers}"' in text) if peers else True, text
+    assert text.count("direct_to") == len({a for a, _ in direct})
     assert "direct_to" not in sites_toml(gw4, policy=False)
     nodes = nodes_conf(gw4)  # the nodes get the same policy
-    site_lines = [l for l in nodes.splitlines() if l.startswith("site ")]
-    assert site_lines == ["site a 10.71.1.0/24 10.71.1.254:7100 direct_to=b,c", "site b 10.71.2.0/24 10.71.2.254:7100",
-                          "site c 10.71.3.0/24 10.71.3.254:7100"], nodes
-    assert "direct_to=b" not in nodes_conf(gw4, policy=False)
-    gw6 = parse_topology(tomllib.loads(three.replace("gateway = true", "gateway = true\ngateway_nic_mbps = 600")), "t")
-    assert all(s for s, _ in split_pairs(gw6).values()) and "direct_to" not in sites_toml(gw6)
+    for a in "abc":
+        peers = ",".join(b for x, b in direct if x == a)
+        line = next(l for l in nodes.splitlines() if l.startswith(f"site {a} "))
+        assert line.endswith(f"direct_to={peers}") if peers else "direct_to" not in line, nodes
+    assert not any("direct_to=" in l for l in nodes_conf(gw4, policy=False).splitlines() if l.startswith("site "))
     forced = parse_topology(tomllib.loads(three + '[gateways]\nsplit = "all"\n'), "t")
-    assert all(s for s, _ in split_pairs(forced).values()) and "direct_to" not in sites_toml(forced)
+    assert all(s for s, _ in split_policy(forced).values()) and "direct_to" not in sites_toml(forced)
     psk = tmp_path / "psk"
     psk.write_text("0" * 64 + "\n")
     psk.chmod(0o600)
@@ -294,7 +305,8 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode == 0, chk.stderr
-    cfg.write_text(gateway_toml(gw4, "a", str(psk)).replace('direct_to = "b c"', 'direct_to = "bee c"'))
+    assert 'direct_to = "' in gateway_toml(gw4, "a", str(psk))
+    cfg.write_text(gateway_toml(gw4, "a", str(psk)).replace('direct_to = "', 'direct_to = "bee ', 1))
     chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
                          timeout=30)
     assert chk.returncode != 0 and "direct_to" in chk.stderr and "'bee'" in chk.stderr, chk.stderr

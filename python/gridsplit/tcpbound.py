@@ -1,5 +1,6 @@
-"""Steady-state TCP throughput bounds, shared by netcheck (diagnosis), gateway
-config (how many WAN streams) and the model.
+"""Steady-state TCP throughput bounds and frame overheads, shared by netcheck
+(diagnosis), the lab's check, bench results, gateway config (how many WAN
+streams) and the model.
 
 Kept apart from those packages so that each can use it without importing the
 others (gateway config is imported by the lab, which netcheck imports)."""
@@ -11,6 +12,13 @@ import math
 # Mathis, Semke, Mahdavi and Ott, "The macroscopic behavior of the TCP
 # congestion avoidance algorithm" (1997): C = sqrt(3/2) for periodic loss.
 MATHIS_C = math.sqrt(1.5)
+
+# Bytes on the wire per TCP segment beyond its payload: Ethernet header 14, IPv4 20,
+# TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
+FRAME_OVERHEAD = 14 + 20 + 20 + 12
+# A full-sized data frame: MSS 1448 (timestamps on) in 1514 bytes at L2, and its payload share.
+FULL_FRAME = 1448 + FRAME_OVERHEAD
+GOODPUT = 1448 / FULL_FRAME
 
 
 def mathis_mbps(mss: int, rtt_ms: float, p: float) -> float:

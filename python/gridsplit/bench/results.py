@@ -13,15 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import GridsplitError
-from ..lab.check import FRAME_OVERHEAD
+from ..tcpbound import FRAME_OVERHEAD, GOODPUT
 from . import units
 
 SCHEMA = "gridsplit.bench/1"
 
-# Payload share of a full-sized frame on the wire: MSS 1448 (timestamps on) in 1514 bytes at L2.
 HEADERS = FRAME_OVERHEAD  # Ethernet, IPv4, TCP with timestamps: every data frame carries them
-FULL_FRAME = 1448 + HEADERS
-GOODPUT = 1448 / FULL_FRAME
 
 
 def frame_ceiling(mean_frame: float) -> float:

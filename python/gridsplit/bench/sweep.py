@@ -48,7 +48,8 @@ from .options import ALL_NODES
 from . import measure
 from .measure import Probe, tracers
 from .report import build_report
-from .results import GOODPUT, SCHEMA, read_rows, render_summary, row_key, summarize
+from ..tcpbound import GOODPUT
+from .results import SCHEMA, read_rows, render_summary, row_key, summarize
 
 MODES = ("direct", "split")
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..tcpbound import FRAME_OVERHEAD
 from ..topology import Host
 from . import iperf
 from .pinger import ping
@@ -38,9 +39,6 @@ BUFFER_TOL = 0.10
 LATE_FRACTION_MAX = 0.02    # more than 2 % of frames > 200 µs late: not trustworthy
 STALL_US = 5000             # a single frame this late is reported as a stall
 
-# Bytes on the wire per TCP segment beyond its payload: Ethernet header 14, IPv4 20,
-# TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
-FRAME_OVERHEAD = 14 + 20 + 20 + 12
 
 def representative(state: LabState, site: str) -> Host:
     hs = [h for h in state.topo.hosts() if h.site == site]

@@ -33,9 +33,9 @@ from dataclasses import dataclass, replace
 from collections import Counter
 from functools import lru_cache
 
-from ..bench.results import GOODPUT, HEADERS
+from ..tcpbound import FRAME_OVERHEAD as HEADERS, GOODPUT
 from ..errors import GridsplitError
-from ..gateway import LAN_RTT_S, lan_window_budget, wan_streams
+from ..capacity import LAN_RTT_S, lan_window_budget, wan_streams
 from ..tcpbound import mathis_mbps
 from ..topology import Site, Topology
 

@@ -20,7 +20,7 @@ from typing import Any
 from .. import machine
 from ..bench.results import read_rows, summarize, variant_tag
 from ..errors import GridsplitError
-from ..gateway import split_pairs
+from ..capacity import split_pairs
 from ..topology import Topology, parse_topology
 from . import splitmodel as sm
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import GridsplitError
-from ..lab.check import FRAME_OVERHEAD, representative
+from ..lab.check import representative
+from ..tcpbound import FRAME_OVERHEAD
 from ..machine import facts as machine_facts
 from .diagnose import DEFAULT_THRESHOLDS, diagnose, grid_status, summarize_iperf
 from .runner import Endpoint, LabRunner, Runner, SshRunner
