@@ -16,7 +16,7 @@ from .topology import Topology
 LAN_RTT_S = 100e-6
 
 
-# Most TCP connections a link is striped over (gridsplitd's config.rs MAX_STREAMS).
+# Most TCP connections a link is striped over (gridsplitd's config/wan.rs MAX_STREAMS).
 MAX_WAN_STREAMS = 16
 
 

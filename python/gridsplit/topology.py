@@ -130,7 +130,7 @@ class WanLink:
 
 
 # gridsplitd's scheduling strategies; tests/test_safety.py checks this list
-# against `gridsplitd --list-strategies`, the one registry (config.rs).
+# against `gridsplitd --list-strategies`, the one registry (config/mod.rs).
 STRATEGIES = ("fifo", "aggregate", "fair")
 
 
