@@ -355,6 +355,9 @@ def _interrupt(signum, frame):
 @click.option("--pass-pattern", default=None, metavar="REGEX", help="Regex whose presence in the output means verified.")
 @click.option("--same-pattern", default=None, metavar="REGEX",
               help="Regex whose matches must be identical in every run (e.g. a final energy line).")
+@click.option("--mpi4py-tests", default=None, metavar="all|MODULE,...",
+              help="The mpi4py suite's modules to run (default: those that move data between ranks: "
+                   "p2p_obj, cco_obj, comm, msgzero; all: the whole suite, tens of minutes in the lab).")
 @click.option("--prepare", is_flag=True, help="Only check and build the presets (e.g. mpi4py per MPI), then exit.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSONL result file (default: gridsplit-out/bench/DATE-TIME-TOPOLOGY-app.jsonl).")
@@ -362,7 +365,7 @@ def _interrupt(signum, frame):
               help="Write the HTML report next to the result file at the end.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repeat, modes, timeout, time_pattern,
-            pass_pattern, same_pattern, prepare, out, make_report, cmd):
+            pass_pattern, same_pattern, mpi4py_tests, prepare, out, make_report, cmd):
     """Run an MPI application direct and split, side by side, in interleaved rounds.
 
     Either a preset (--preset lammps-lj|lammps-pppm|hpcc|mpi4py|all) or any
@@ -384,7 +387,7 @@ def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repea
     for flag, v in (("--time-pattern", time_pattern), ("--pass-pattern", pass_pattern),
                     ("--same-pattern", same_pattern)):
         compile_pattern(flag, v)
-    apps = build_apps(preset, cmd, name, impls, time_pattern, pass_pattern, same_pattern, con)
+    apps = build_apps(preset, cmd, name, impls, time_pattern, pass_pattern, same_pattern, con, mpi4py_tests)
     if prepare:
         con.print(f"ready: {', '.join(sorted({a.name + ' (' + i + ')' for a, ai in apps for i in ai}))}")
         return
@@ -394,7 +397,8 @@ def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repea
         raise GridsplitError(f"{out} exists; give another --out (app runs are not resumed)")
     requested = {"preset": preset, "command": cmd, "impls": impls, "ranks": ranks, "placement": placement,
                  "hosts": hosts, "repeat": repeat, "modes": modes, "timeout_s": timeout,
-                 "time_pattern": time_pattern, "pass_pattern": pass_pattern, "same_pattern": same_pattern}
+                 "time_pattern": time_pattern, "pass_pattern": pass_pattern, "same_pattern": same_pattern,
+                 "mpi4py_tests": mpi4py_tests}
     n = ranks or (len(hosts) if hosts else None)
     rows = bench_app(apps, topology, scale, repeat, n, placement, hosts, timeout, modes, out, con, requested)
     summary = summarize_apps(rows)
@@ -405,7 +409,8 @@ def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repea
 
 
 def build_apps(preset: str | None, cmd: list[str], name: str | None, impls: list[str], time_pattern: str | None,
-               pass_pattern: str | None, same_pattern: str | None, con: Console) -> list[tuple[App, list[str]]]:
+               pass_pattern: str | None, same_pattern: str | None, con: Console,
+               mpi4py_tests: str | None = None) -> list[tuple[App, list[str]]]:
     """Each app with the MPI implementations it runs with. A preset not built for an MPI asked for is an
     error when named alone; with --preset all (or a list) it is skipped with a note."""
     if cmd:
@@ -420,7 +425,7 @@ def build_apps(preset: str | None, cmd: list[str], name: str | None, impls: list
         got: dict[str, App] = {}
         for i in impls:
             try:
-                got[i] = PRESETS[p](i, con)
+                got[i] = PRESETS[p](i, con, mpi4py_tests) if p == "mpi4py" else PRESETS[p](i, con)
             except GridsplitError as e:
                 if len(names) == 1 or "is built for" not in str(e):
                     raise

@@ -164,13 +164,14 @@ def _hpcc_checks(workdir: Path, ranks: int) -> dict[str, Any]:
 
 M4P_EXCLUDE = ("spawn", "dynproc")  # MPI_Comm_spawn and connect/accept: process management, not the network
 # The suite's modules that move data between ranks, run by default: the whole suite takes tens of
-# minutes across the lab's WAN. GRIDSPLIT_MPI4PY_TESTS=all runs all of it, or names other modules.
+# minutes across the lab's WAN. `bench app --mpi4py-tests all` runs all of it, or names other modules.
 M4P_MODULES = ("p2p_obj", "cco_obj", "comm", "msgzero")
 
 
-def mpi4py_selection() -> list[str]:
-    """main.py options choosing the modules: -i per module (none: the whole suite), and the exclusions."""
-    spec = os.environ.get("GRIDSPLIT_MPI4PY_TESTS", ",".join(M4P_MODULES)).strip()
+def mpi4py_selection(spec: str | None = None) -> list[str]:
+    """main.py options choosing the modules of `spec` ("all", or module names; None: M4P_MODULES):
+    -i per module (none: the whole suite), and the exclusions."""
+    spec = (spec or ",".join(M4P_MODULES)).strip()
     mods = [] if spec == "all" else [m.strip().removeprefix("test_") for m in spec.split(",") if m.strip()]
     return sum((["-i", rf"test_{re.escape(m)}\.py$"] for m in mods), []) + sum((["-e", e] for e in M4P_EXCLUDE), [])
 
@@ -231,9 +232,10 @@ def mpi4py_build(impl: str, con: Console) -> tuple[Path, Path]:
     return site, src / "test"
 
 
-def _mpi4py(impl: str, con: Console) -> App:
+def _mpi4py(impl: str, con: Console, tests_spec: str | None = None) -> App:
     site, tests = mpi4py_build(impl, con)
-    return App("mpi4py", (sys.executable, str(DATA / "mpi4py_suite.py"), str(tests), ".", *mpi4py_selection()),
+    return App("mpi4py", (sys.executable, str(DATA / "mpi4py_suite.py"), str(tests), ".",
+                          *mpi4py_selection(tests_spec)),
                preset="mpi4py",
                env=(("PYTHONPATH", str(site)), ("PYTHONDONTWRITEBYTECODE", "1")),
                time_pattern=r"mpi4py suite: \d+ tests in ([0-9.]+) s", collect=_mpi4py_outcomes, timeout=1200,
@@ -263,7 +265,7 @@ def _mpi4py_outcomes(workdir: Path, ranks: int) -> dict[str, Any]:
             "verified": not tests["failed"] and not missing and bool(merged)}
 
 
-PRESETS: dict[str, Callable[[str, Console], App]] = {
+PRESETS: dict[str, Callable[..., App]] = {
     "lammps-lj": lambda impl, con: _lammps("lammps-lj", "lj-melt.in", impl, con),
     "lammps-pppm": lambda impl, con: _lammps("lammps-pppm", "charged-pppm.in", impl, con),
     "hpcc": _hpcc,
