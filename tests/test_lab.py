@@ -85,10 +85,16 @@ def test_a_missed_bound_is_explained_with_its_cause_and_what_to_do():
               "throughput": [{"src": "a-1", "dst": "b-1", "fraction": 0.93, "ok": False}],
               "buffer": [{"site": "a", "ok": True}],
               "emulator": {"ok": False, "late_fraction": 0.025, "steal_ms": 340.0, "cpu_percent": 91.0}}
-    what, todo = diagnose(report, cores=2)
+    what, todo = diagnose(report, cores=2, load=3.5)
     assert "throughput a-1 → b-1 (93.0%)" in what and "delay line 2.5% of frames late" in what
-    assert "340 ms" in what and "steal" in what and "91 % of its core" in what
+    assert "340 ms" in what and "steal" in what and "91 % of its core" in what and "load average (3.5)" in what
     assert "--scale 20" in todo and "--scale auto" in todo
+    # A switch buffer of a few frames cannot show its B/R delay: said as such, with a smaller scale to use.
+    report["buffer"] = [{"site": "a", "ok": False, "buffer_bytes": 12500}]
+    report["emulator"] = {"ok": True, "late_fraction": 0.001, "steal_ms": 0.0, "cpu_percent": 10.0}
+    report["throughput"] = []
+    what, todo = diagnose(report, cores=2, load=0.5)
+    assert "holds only 8 full frames" in what and "--scale 5" in todo
 
 
 
