@@ -155,9 +155,21 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
         raise GridsplitError("no hosts to run on")
     refuse_direct(state, hosts, env)
     argv, full_env = command(state, impl, n, hosts, prog, {**({} if poll else RANK_ENV.get(impl, {})), **(env or {})})
+    return watch(argv, full_env, shlex.join(prog), capture=capture, timeout=timeout, keep_partial=keep_partial,
+                 expect_lines=expect_lines, grace=grace, on_result=on_result)
+
+
+def watch(argv: list[str], env: dict[str, str] | None, what: str, capture: bool = False,
+          timeout: float | None = None, keep_partial: bool = False, expect_lines: int = 0, grace: float = 15.0,
+          on_result: Callable[[], None] | None = None, stdin_pipe: bool = False) -> subprocess.CompletedProcess:
+    """Run a launcher `argv` and watch it as `mpirun` describes (timeout, keep_partial,
+    expect_lines, grace, on_result); shared with the real-host runs (bench/hosts.py),
+    whose launcher is ssh. `stdin_pipe`: give the launcher a pipe that stays open
+    while it runs and closes when it is stopped (a remote job watches it)."""
     # A session of its own, so that a timeout can find everything the launcher
     # started (proxies make sessions of their own, hence the tree walk below).
-    proc = subprocess.Popen(argv, env=full_env, text=True, start_new_session=True,
+    proc = subprocess.Popen(argv, env=env, text=True, start_new_session=True,
+                            stdin=subprocess.PIPE if stdin_pipe else None,
                             stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.PIPE if capture else None)
     out: list[str] = []
@@ -186,11 +198,14 @@ def mpirun(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[str
                     t.join(timeout=5)
                 if keep_partial:
                     return subprocess.CompletedProcess(argv, TIMED_OUT, "".join(out), "".join(err))
-                raise GridsplitError(f"MPI job did not finish within {timeout:.0f} s and was stopped: {shlex.join(prog)}")
+                raise GridsplitError(f"MPI job did not finish within {timeout:.0f} s and was stopped: {what}")
             time.sleep(0.05)
     except KeyboardInterrupt:
         _stop_group(proc)
         raise
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
     if on_result:
         on_result()
     for t in readers:

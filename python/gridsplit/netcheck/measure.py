@@ -23,7 +23,6 @@ import difflib
 import json
 import os
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -31,9 +30,10 @@ from typing import Any, Callable
 from ..errors import GridsplitError
 from ..lab.check import representative
 from ..tcpbound import FRAME_OVERHEAD
+from ..inventory import load_inventory
 from ..machine import facts as machine_facts
 from .diagnose import DEFAULT_THRESHOLDS, diagnose, grid_status, summarize_iperf
-from .runner import Endpoint, LabRunner, Runner, SshRunner
+from .runner import Endpoint, LabRunner, Runner
 from .tuning import DEFAULT_HEADROOM, buffer_for, cell_advice, site_advice
 
 SCHEMA = "gridsplit.netcheck/1"
@@ -92,87 +92,15 @@ def lab_target(state) -> Target:
                   {"topology": topo.to_dict(), "prefix": state.names.prefix})
 
 
-HOSTS_KEYS = {"": ("ssh", "site"), "ssh": ("user", "options", "command", "connect_timeout", "tune", "port"),
-              "site": ("name", "hosts", "capacity_mbps"), "host": ("ssh", "address")}
-
-
 def load_hosts(path: str) -> tuple[Target, int | None]:
-    """Parse a --hosts TOML file (format in docs/netcheck.md); returns the target and its iperf3 port."""
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise GridsplitError(f"{path}: no such hosts file; see docs/netcheck.md for the format") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise GridsplitError(f"{path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise GridsplitError(f"{path}: not valid TOML: {e}") from None
-
-    def check_keys(table: Any, where: str, kind: str) -> dict:
-        if not isinstance(table, dict):
-            raise GridsplitError(f"{path}: {where}: must be a table")
-        for k in table:
-            if k not in HOSTS_KEYS[kind]:
-                raise GridsplitError(f"{path}: {where}.{k}: unknown key; allowed: {', '.join(HOSTS_KEYS[kind])}")
-        return table
-
-    check_keys(data, "(top level)", "")
-    ssh = check_keys(data.get("ssh", {}), "ssh", "ssh")
-    tune = ssh.get("tune", "socket")
-    if tune not in ("socket", "sysctl", "sudo-sysctl", "none"):
-        raise GridsplitError(f"{path}: ssh.tune: must be socket, sysctl (root logins), sudo-sysctl or none, got {tune!r}")
-    command = ssh.get("command", ["ssh"])
-    if isinstance(command, str):
-        command = command.split()
-    options = ssh.get("options", [])
-    if not (isinstance(command, list) and command and all(isinstance(x, str) for x in command)):
-        raise GridsplitError(f'{path}: ssh.command: must be a list of strings, e.g. ["ssh"]')
-    if not (isinstance(options, list) and all(isinstance(x, str) for x in options)):
-        raise GridsplitError(f'{path}: ssh.options: must be a list of strings, e.g. ["-p", "22"]')
-    timeout = ssh.get("connect_timeout", 5)
-    if not isinstance(timeout, int) or not 1 <= timeout <= 120:
-        raise GridsplitError(f"{path}: ssh.connect_timeout: must be a whole number of seconds, 1-120")
-    port = ssh.get("port")
-    if port is not None and (not isinstance(port, int) or not 1 <= port <= 65535):
-        raise GridsplitError(f"{path}: ssh.port: the iperf3 port must be 1-65535")
-    user = ssh.get("user")
-    runner = SshRunner(ssh_command=command, options=options, connect_timeout=timeout, tune_mode=tune)
-
-    sites = data.get("site")
-    if not isinstance(sites, list) or not sites:
-        raise GridsplitError(f'{path}: at least one [[site]] is needed, e.g. [[site]] name = "rennes" hosts = ["node-1.rennes"]')
-    names, cands, caps = [], {}, {}
-    for i, s in enumerate(sites):
-        check_keys(s, f"site[{i}]", "site")
-        name = s.get("name")
-        if not isinstance(name, str) or not name:
-            raise GridsplitError(f"{path}: site[{i}].name: required, a string")
-        if name in names:
-            raise GridsplitError(f"{path}: site[{i}].name: site {name!r} is listed twice")
-        hosts = s.get("hosts")
-        if not isinstance(hosts, list) or not hosts:
-            raise GridsplitError(f"{path}: site[{i}].hosts: give one or more hosts, e.g. hosts = [\"node-1.{name}\"]")
-        eps = []
-        for j, h in enumerate(hosts):
-            if isinstance(h, str):
-                target, addr = h, h.rsplit("@", 1)[-1]
-            else:
-                check_keys(h, f"site[{i}].hosts[{j}]", "host")
-                target = h.get("ssh")
-                if not isinstance(target, str):
-                    raise GridsplitError(f"{path}: site[{i}].hosts[{j}].ssh: required, [user@]host")
-                addr = h.get("address", target.rsplit("@", 1)[-1])
-            if user and "@" not in target:
-                target = f"{user}@{target}"
-            eps.append(Endpoint(addr, name, addr, target))
-        cap = s.get("capacity_mbps")
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
-            raise GridsplitError(f"{path}: site[{i}].capacity_mbps: must be a positive number of Mb/s, e.g. 1000")
-        names.append(name)
-        cands[name] = eps
-        caps[name] = cap
-    if len(names) < 2:
+    """Parse a --hosts TOML file (the shared inventory, inventory.py; format in docs/netcheck.md);
+    returns the target and its iperf3 port."""
+    inv = load_inventory(path)
+    if len(inv.sites) < 2:
         raise GridsplitError(f"{path}: netcheck measures between sites; list at least two [[site]] tables")
+    runner = inv.runner
+    cands = {s.name: list(s.hosts) for s in inv.sites}
+    caps = {s.name: s.capacity_mbps for s in inv.sites}
 
     def capacity(a: Endpoint, b: Endpoint) -> tuple[float | None, str]:
         given = [caps[a.site], caps[b.site]]
@@ -184,7 +112,8 @@ def load_hosts(path: str) -> tuple[Target, int | None]:
             return min(known), "NIC speed" if not any(given) else "hosts file and NIC speed"
         return None, "unknown"
 
-    return Target("hosts", runner, names, cands, capacity, ETHERNET_OVERHEAD, {"hosts_file": str(p)}), port
+    return (Target("hosts", runner, list(cands), cands, capacity, ETHERNET_OVERHEAD, {"hosts_file": str(inv.path)}),
+            inv.iperf_port)
 
 
 def _nic_speed(runner: Runner, ep: Endpoint, toward: str) -> float | None:
