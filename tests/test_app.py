@@ -12,7 +12,7 @@ import pytest
 from conftest import gridsplit
 
 from gridsplit.bench.app import place
-from gridsplit.bench.appresults import summarize_apps
+from gridsplit.bench.appsummary import summarize_apps
 from gridsplit.bench.results import read_rows
 from gridsplit.topology import load_topology
 
@@ -113,7 +113,7 @@ def test_mpi4py_outcomes_and_their_diff(tmp_path):
     """Per-rank outcomes merge worst-first, and a test whose outcome differs between modes is named."""
     import json
     from gridsplit.bench.apppresets import _mpi4py_outcomes
-    from gridsplit.bench.appresults import outcome_diff
+    from gridsplit.bench.appsummary import outcome_diff
     for rank, outcomes in ((0, {"a": "passed", "b": "skipped", "c": "passed"}),
                            (1, {"a": "passed", "b": "passed", "c": "failed"})):
         (tmp_path / f"mpi4py-{rank}.json").write_text(json.dumps({"rank": rank, "outcomes": outcomes}))

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..model.splitadvise import split_policy
 from ..gateway import ADMIN, GATEWAY_HOST_SYSCTLS, gateway_toml, lan_initrwnd, lan_mss, new_psk, nodes_conf
 from ..topology import PRESETS, GatewaySettings, Host, LabSettings, Topology, WanLink, load_topology
 from . import names as N
@@ -123,8 +124,11 @@ class LabState:
     @property
     def emulation(self) -> dict[str, Any]:
         """The emulator's settings a measurement depends on (recorded by `lab status` and every bench meta row)."""
-        return {k: self.data.get(k) for k in ("scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak",
-                                               "gateway_rt_priority", "idle")}
+        return {**{k: self.data.get(k) for k in ("scale", "delay_compensation_us", "tbf_burst_ms", "nic_peak",
+                                                  "gateway_rt_priority", "idle")},
+                # which site pairs the node file splits, and why (`--split=all` overrides it per run)
+                "split_policy": {f"{a}-{b}": why for (a, b), (_, why) in split_policy(self.topo).items()}
+                if self.data.get("gateways") else None}
 
     @property
     def wanem_pid(self) -> int | None:

@@ -401,7 +401,7 @@ def validate_split(files, out) -> None:
     outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-split"
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")
-    (outdir / "summary.json").write_text(json.dumps(splitvalidate.bands(result), indent=1) + "\n")
+    (outdir / "summary.json").write_text(json.dumps(splitadvise.bands(result), indent=1) + "\n")
     lines = splitvalidate.report_lines(result)
     (outdir / "README.md").write_text("\n".join(lines) + "\n")
     for line in lines[:16]:

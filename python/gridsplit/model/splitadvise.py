@@ -15,13 +15,15 @@ from typing import Any
 from ..errors import GridsplitError
 from ..topology import Topology
 from . import splitmodel as sm
-from .splitvalidate import TOLERANCE, grid_facts
+from .splitmodel import TOLERANCE, grid_facts
 
 ADVICE_KIND = "gridsplit-model-advice"
 # Version of `model advise --json` (docs/model.md §5.4): 2 added `pairs`, `split_model` and
 # `validation_split`; bump it when a key changes meaning or goes away.
 ADVICE_VERSION = 2
 SHIPPED = "split-validation.json"
+SUMMARY_KIND = "gridsplit-split-validation-summary"
+SUMMARY_VERSION = 1
 # The default policy (split_policy): the job is unknown, so a pair is split only where the
 # model predicts a gain for a gather and no loss beyond TOLERANCE for an all-to-all.
 POLICY_JOBS = (("gather", 10_000), ("gather", 1_000_000), ("alltoall", 10_000), ("alltoall", 1_000_000))
@@ -37,8 +39,27 @@ MEASURE = {"rtt_ms": "`gridsplit netcheck` measures the RTTs", "loss": "`gridspl
            "senders": "`gridsplit bench gather --nodes N` measures it"}
 
 
+def _merge(facts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    return {k: [min(f[k][0] for f in facts), max(f[k][1] for f in facts)] for k in facts[0]} if facts else {}
+
+
+def bands(result: dict[str, Any]) -> dict[str, Any]:
+    """What `model advise` quotes per op: the validation's median and 90th-percentile error of
+    split/direct, and what it was validated on (the ranges `advise` flags outside of)."""
+    cells = result["cells"]
+    return {"kind": SUMMARY_KIND, "version": SUMMARY_VERSION, "date": result["meta"]["date"],
+            "overall": {k: result["overall"][k] for k in ("cells", "decision_accuracy", "median_abs_error",
+                                                          "p90_abs_error")},
+            "by_op": {op: {"cells": s["cells"], "median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"],
+                           "decision_accuracy": s["decision_accuracy"]} for op, s in result["by_op"].items()},
+            "impls": sorted({c["impl"] for c in cells}),
+            "ranges": {**_merge([c["grid"] for c in cells]),
+                       "size": [min(c["size"] for c in cells), max(c["size"] for c in cells)],
+                       "senders": [min(c["nodes"] for c in cells), max(c["nodes"] for c in cells)]}}
+
+
 def load_bands(path: Path | None = None) -> dict[str, Any]:
-    """The validation summary (splitvalidate.bands): shipped, or a file `model validate-split` wrote."""
+    """The validation summary (bands): shipped, or a file `model validate-split` wrote."""
     p = path or Path(str(resources.files("gridsplit.model").joinpath("data", SHIPPED)))
     try:
         d = json.loads(p.read_text())
@@ -46,9 +67,8 @@ def load_bands(path: Path | None = None) -> dict[str, Any]:
         raise GridsplitError(f"{p}: cannot read a split-model validation ({e}); write one with "
                              f"`gridsplit model validate-split`") from None
     if d.get("kind") == "gridsplit-split-validation":
-        from .splitvalidate import bands
         d = bands(d)
-    if d.get("kind") != "gridsplit-split-validation-summary":
+    if d.get("kind") != SUMMARY_KIND:
         raise GridsplitError(f"{p}: not a split-model validation; write one with `gridsplit model validate-split`")
     return d
 

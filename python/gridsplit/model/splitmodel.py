@@ -49,6 +49,9 @@ OPS = ("gather", "bcast", "alltoall", "pingpong")
 # Split is advised below this predicted split/direct: a gain smaller than the model's median
 # error in its validation (results/model/2026-11-26-split) is not one to deploy gateways for.
 DECIDE_BELOW = 0.95
+# Measured split/direct within 5 % of 1: either mode is as good (issue 22's scoring, and
+# the policy's "never slower beyond noise").
+TOLERANCE = 0.05
 # MPI library facts the model needs (docs/model.md §5.1, "Protocol"): the largest message sent
 # eagerly (MPICH's, UCX's, is not recorded: v8 shows no rendezvous at 10 KB and one at 100 KB),
 # whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields), and
@@ -495,3 +498,16 @@ def cell(topo: Topology, job: Job, pair: tuple[str, str] | None = None) -> dict:
         a, b = pair_sites(topo, *pair) if pair else pair_sites(topo)
         out["streams"] = streams_for(topo, a, b, job)
     return out
+
+
+def grid_facts(topo: Topology) -> dict[str, list[float]]:
+    """The grid parameters the model's terms read, as [min, max] over the topology: what a
+    validation covered, and what `model advise` checks a grid against."""
+    pairs = [(topo.site(w.a), topo.site(w.b), w) for w in topo.wans]
+    span = lambda xs: [min(xs), max(xs)]
+    return {"rtt_ms": span([w.rtt_ms for *_, w in pairs]), "loss": span([w.loss for *_, w in pairs]),
+            "nic_mbps": span([s.nic_mbps for s in topo.sites]),
+            "gateway_nic_mbps": span([s.gateway_nic_mbps for s in topo.sites]),
+            "switch_buffer_bytes": span([s.switch_buffer_bytes for s in topo.sites]),
+            "wan_over_nic": span([w.rate_mbps / min(a.nic_mbps, b.nic_mbps) for a, b, w in pairs]),
+            "nodes": span([s.nodes for s in topo.sites if s.nodes] or [0]), "sites": [len(topo.sites)] * 2}

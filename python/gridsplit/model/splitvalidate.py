@@ -22,11 +22,12 @@ from ..bench.results import read_rows, summarize, variant_tag
 from ..errors import GridsplitError
 from ..capacity import split_pairs
 from ..topology import Topology, parse_topology
+from . import appvalidate
 from . import splitmodel as sm
+from .splitmodel import TOLERANCE, grid_facts
 
 KIND = "gridsplit-split-validation"
 VERSION = 1
-TOLERANCE = 0.05          # measured within 5 %: either mode is right (issue 22)
 TARGET_RIGHT = 0.90       # decisions right in at least 90 % of cells
 TARGET_ERROR = 0.10       # median |predicted - measured| of split/direct
 # The committed measurements this validation reads by default (relative to the repository).
@@ -34,7 +35,10 @@ DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/bench/2026-11-26-paper-gather-check/gather.jsonl",
                  "results/matrix/2026-11-26-lossy-gather/gather.jsonl",
                  "results/matrix/2026-11-26-three-sites-alltoall/alltoall.jsonl",
-                 "results/matrix/2026-11-26-three-sites-alltoall/alltoall-windows-fixed.jsonl")
+                 "results/matrix/2026-11-26-three-sites-alltoall/alltoall-windows-fixed.jsonl",
+                 # `gridsplit bench app` runs: scored on the default policy's decision (appvalidate.py)
+                 "results/app/2026-11-26-paper/paper-openmpi.jsonl",
+                 "results/app/2026-11-26-paper/paper-mpich-mpi4py.jsonl")
 # Gateways whose relayed flows' windows were not what the topology says, by the git of the run
 # (the file's meta row): 1a66518 never grew a flow's window past its initial 64 KiB
 # (results/matrix/2026-11-26-three-sites-alltoall/README.md). The model is given that window.
@@ -56,23 +60,6 @@ def topology_from_meta(d: dict[str, Any], src: str) -> Topology:
         raise GridsplitError(f"{src}: the meta row does not describe a topology ({e}); was it written by `gridsplit bench`?") from None
 
 
-def grid_facts(topo: Topology) -> dict[str, list[float]]:
-    """The grid parameters the model's terms read, as [min, max] over the topology: what a
-    validation covered, and what `model advise` checks a grid against."""
-    pairs = [(topo.site(w.a), topo.site(w.b), w) for w in topo.wans]
-    span = lambda xs: [min(xs), max(xs)]
-    return {"rtt_ms": span([w.rtt_ms for *_, w in pairs]), "loss": span([w.loss for *_, w in pairs]),
-            "nic_mbps": span([s.nic_mbps for s in topo.sites]),
-            "gateway_nic_mbps": span([s.gateway_nic_mbps for s in topo.sites]),
-            "switch_buffer_bytes": span([s.switch_buffer_bytes for s in topo.sites]),
-            "wan_over_nic": span([w.rate_mbps / min(a.nic_mbps, b.nic_mbps) for a, b, w in pairs]),
-            "nodes": span([s.nodes for s in topo.sites if s.nodes] or [0]), "sites": [len(topo.sites)] * 2}
-
-
-def _merge(facts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
-    return {k: [min(f[k][0] for f in facts), max(f[k][1] for f in facts)] for k in facts[0]} if facts else {}
-
-
 def _split_set(topo: Topology, tag: str) -> set[frozenset[str]]:
     if tag.endswith(":split-all") or topo.gateways.split == "all":
         return {frozenset((w.a, w.b)) for w in topo.wans}
@@ -86,13 +73,17 @@ def _per_rep(points: list[dict[str, Any]], s: dict[str, Any], tag: str) -> float
     return statistics.median(meds) if meds else None
 
 
-def file_cells(path: Path, name: str | None = None) -> list[dict[str, Any]]:
-    """Every cell of one result file (`name`: how the report names it), measured and predicted."""
-    rows = read_rows(path)
+def _meta(rows: list[dict[str, Any]], path: Path) -> tuple[dict[str, Any], Topology]:
     meta = next((r for r in rows if r.get("kind") == "meta"), None)
     if meta is None or "topology" not in meta:
         raise GridsplitError(f"{path}: no meta row with a topology; give a `gridsplit bench` result file")
-    topo = topology_from_meta(meta["topology"], str(path))
+    return meta, topology_from_meta(meta["topology"], str(path))
+
+
+def file_cells(path: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """Every cell of one result file (`name`: how the report names it), measured and predicted."""
+    rows = read_rows(path)
+    meta, topo = _meta(rows, path)
     git = str((meta.get("machine") or {}).get("git", "")).removesuffix("-dirty")
     window = FLOW_WINDOW_AT_GIT.get(git)
     if window:
@@ -153,34 +144,26 @@ def score(cells: list[dict[str, Any]]) -> dict[str, Any]:
 def validate(files: list[Path], command: str, root: Path | None = None) -> dict[str, Any]:
     """Every cell of `files`, scored overall, per file and per op; files under `root` (the
     repository) are named relative to it."""
-    cells = []
+    cells: list[dict[str, Any]] = []
+    apps: list[dict[str, Any]] = []
     names = []
     for f in files:
         name = str(f.resolve().relative_to(root.resolve())) if root and f.resolve().is_relative_to(root.resolve()) else str(f)
         names.append(name)
-        cells += file_cells(f, name)
+        rows = read_rows(f)
+        if any(r.get("kind") == "app" for r in rows):
+            meta, topo = _meta(rows, f)
+            apps += appvalidate.app_cells(f, name, topo, meta)
+        else:
+            cells += file_cells(f, name)
     by_file = {f: score([c for c in cells if c["file"] == f]) for f in sorted({c["file"] for c in cells})}
     by_op = {op: score([c for c in cells if c["op"] == op]) for op in sorted({c["op"] for c in cells})}
     return {"kind": KIND, "version": VERSION,
             "meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": machine.facts().get("git"),
                      "command": command, "files": names, "tolerance": TOLERANCE,
                      "decide_split_below": sm.DECIDE_BELOW},
-            "overall": score(cells), "by_file": by_file, "by_op": by_op, "cells": cells}
-
-
-def bands(result: dict[str, Any]) -> dict[str, Any]:
-    """What `model advise` quotes per op: the validation's median and 90th-percentile error of
-    split/direct, and what it was validated on (the ranges `advise` flags outside of)."""
-    cells = result["cells"]
-    return {"kind": "gridsplit-split-validation-summary", "version": VERSION, "date": result["meta"]["date"],
-            "overall": {k: result["overall"][k] for k in ("cells", "decision_accuracy", "median_abs_error",
-                                                          "p90_abs_error")},
-            "by_op": {op: {"cells": s["cells"], "median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"],
-                           "decision_accuracy": s["decision_accuracy"]} for op, s in result["by_op"].items()},
-            "impls": sorted({c["impl"] for c in cells}),
-            "ranges": {**_merge([c["grid"] for c in cells]),
-                       "size": [min(c["size"] for c in cells), max(c["size"] for c in cells)],
-                       "senders": [min(c["nodes"] for c in cells), max(c["nodes"] for c in cells)]}}
+            "overall": score(cells), "by_file": by_file, "by_op": by_op, "cells": cells,
+            "apps": {"score": appvalidate.score(apps), "cells": apps}}
 
 
 def _pct(x: float) -> str:
@@ -217,4 +200,4 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         L.append(f"| {Path(c['file']).name} | {c['op']} | {c['impl']} | {c['nodes']} | {c['size']} | {c['variant']} | "
                  f"{c['measured_ratio']:.2f} ({c['measured_min']:.2f}-{c['measured_max']:.2f}) | {c['predicted_ratio']:.2f} | "
                  f"{'split' if c['split'] else 'direct'}{mark} | {c['error']:.2f} |")
-    return L
+    return L + appvalidate.report_lines(result.get("apps", {}).get("cells", []))

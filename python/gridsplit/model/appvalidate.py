@@ -1,0 +1,102 @@
+"""The default split policy (splitadvise.split_policy) against application runs of `gridsplit bench app`.
+
+The split model has no term for a whole application, so an application cell scores only
+the decision, not a predicted ratio: which of the site pairs the job's ranks span the
+policy splits, against what the run measured.
+
+- The run applied the policy (the lab's node file, recorded in the meta row's
+  `lab.split_policy`): right when split is not slower than direct beyond TOLERANCE.
+- The run split every pair (`[gateways] split = "all"`, as the paper preset does) and the
+  policy splits none of the spanned pairs: right when direct is not slower beyond TOLERANCE,
+  i.e. the measured split/direct is at least 1 - TOLERANCE.
+- Any other mix (the policy splits some pairs, the run split others) measures neither
+  decision; the cell is listed as not comparable and not scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..bench.appsummary import summarize_apps
+from ..bench.results import read_rows
+from ..errors import GridsplitError
+from ..topology import Topology
+from .splitadvise import split_policy
+
+TOLERANCE = 0.05
+
+
+def _pair(a: str, b: str) -> frozenset[str]:
+    return frozenset((a, b))
+
+
+def run_split_pairs(topo: Topology, lab: dict[str, Any], src: str) -> set[frozenset[str]]:
+    """The site pairs whose connections the run split: all on a `split = "all"` or unrouted
+    grid, else the ones the lab's recorded policy split."""
+    if topo.gateways.split == "all" or not topo.routed:
+        return {_pair(w.a, w.b) for w in topo.wans}
+    recorded = lab.get("split_policy")
+    if recorded is None:
+        raise GridsplitError(f"{src}: the meta row does not record the lab's split policy (a run before it was "
+                             f"recorded); rerun it with `gridsplit bench app`")
+    return {_pair(*k.split("-", 1)) for k, why in recorded.items() if why.startswith("split")}
+
+
+def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """One cell per (app, impl, split variant) of an app result file."""
+    ran = run_split_pairs(topo, meta.get("lab") or {}, str(path))
+    policy = split_policy(replace(topo, gateways=replace(topo.gateways, split="auto")))
+    splits = {_pair(a, b) for (a, b), (yes, _) in policy.items() if yes}
+    reasons = {_pair(a, b): why for (a, b), (_, why) in policy.items()}
+    out = []
+    for s in summarize_apps(read_rows(path)):
+        if s["ratio"] is None:
+            continue
+        sites = sorted(x for x, n in s["sites"].items() if n)
+        spanned = {_pair(w.a, w.b) for w in topo.wans if w.a in sites and w.b in sites}
+        advised = splits & spanned
+        ran_here = ran & spanned
+        meas = s["ratio"]
+        if advised == ran_here:
+            basis, right = "the run applied the policy", meas <= 1 + TOLERANCE
+        elif not advised:
+            basis, right = "the run split every pair; the policy splits none", meas >= 1 - TOLERANCE
+        else:
+            basis, right = "not comparable: the run split other pairs than the policy", None
+        out.append({"file": name, "topology": topo.name, "app": s["app"], "impl": s["impl"], "variant": s["variant"],
+                    "sites": s["sites"], "policy_split": sorted("-".join(sorted(p)) for p in advised),
+                    "run_split": sorted("-".join(sorted(p)) for p in ran_here),
+                    "reasons": {"-".join(sorted(p)): reasons[p] for p in spanned if p in reasons},
+                    "measured_ratio": meas, "measured_min": s["ratio_min"], "measured_max": s["ratio_max"],
+                    "rounds": s["rounds"], "basis": basis, "right": right})
+    return out
+
+
+def score(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    scored = [c for c in cells if c["right"] is not None]
+    right = sum(bool(c["right"]) for c in scored)
+    return {"cells": len(cells), "scored": len(scored), "right": right,
+            "decision_accuracy": right / len(scored) if scored else None}
+
+
+def report_lines(cells: list[dict[str, Any]]) -> list[str]:
+    if not cells:
+        return []
+    s = score(cells)
+    acc = "-" if s["decision_accuracy"] is None else f"{100 * s['decision_accuracy']:.0f} %"
+    L = ["", "## The default policy on applications", "",
+         "The model predicts no application time; these cells score only the policy's decision for the site "
+         "pairs the job's ranks span (python/gridsplit/model/appvalidate.py says how).",
+         f"Decisions right: {s['right']}/{s['scored']} = {acc}"
+         + (f" ({s['cells'] - s['scored']} not comparable)" if s['cells'] > s['scored'] else "") + ".", "",
+         "| file | app | impl | sites (ranks) | policy splits | run split | measured split/direct | basis | right |",
+         "|---|---|---|---|---|---|---:|---|---|"]
+    for c in cells:
+        sites = ", ".join(f"{k} {v}" for k, v in c["sites"].items())
+        mark = "-" if c["right"] is None else ("yes" if c["right"] else "**no**")
+        L.append(f"| {Path(c['file']).name} | {c['app']} | {c['impl']} | {sites} | {', '.join(c['policy_split']) or 'none'} | "
+                 f"{', '.join(c['run_split']) or 'none'} | {c['measured_ratio']:.2f} ({c['measured_min']:.2f}-"
+                 f"{c['measured_max']:.2f}) | {c['basis']} | {mark} |")
+    return L
