@@ -383,6 +383,33 @@ def test_validate_split_on_a_committed_file(tmp_path):
     assert shipped["overall"]["cells"] == full["overall"]["cells"]
 
 
+def test_validate_split_scores_the_policy_on_app_runs(tmp_path):
+    """Application cells score the default policy's decision for the pairs a job spans."""
+    from gridsplit.model import appvalidate
+    paper = ROOT / "results/app/2026-11-26-paper/paper-openmpi.jsonl"
+    res = splitvalidate.validate([paper], "test", ROOT)
+    cells = res["apps"]["cells"]
+    assert {c["app"] for c in cells} >= {"lammps-lj", "lammps-pppm"} and res["overall"] == {"cells": 0}
+    for c in cells:   # paper runs split every pair; the policy keeps paper direct
+        assert c["run_split"] == ["bordeaux-sophia"] and c["policy_split"] == []
+        assert c["right"] == (c["measured_ratio"] >= 1 - appvalidate.TOLERANCE)
+    # A run whose split policy was applied but not recorded cannot be scored: one line says so.
+    rows = [json.loads(l) for l in paper.read_text().splitlines()]
+    rows[0]["topology"]["gateways"]["split"] = "auto"
+    rows[0]["lab"].pop("split_policy", None)
+    f = tmp_path / "old.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cp = gridsplit("model", "validate-split", str(f), "--out", str(tmp_path / "v"), check=False)
+    assert cp.returncode != 0 and "does not record the lab's split policy" in cp.stderr
+    assert "Traceback" not in cp.stderr
+    # Recorded: the lab's node file split the pair, which the model's policy would not.
+    rows[0]["lab"]["split_policy"] = {"bordeaux-sophia": "split: predicted ..."}
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for c in splitvalidate.validate([f], "test")["apps"]["cells"]:
+        assert c["run_split"] == ["bordeaux-sophia"] and c["policy_split"] == []
+        assert c["right"] == (c["measured_ratio"] >= 1 - appvalidate.TOLERANCE)
+
+
 def test_advise_per_site_pair_and_its_bad_input_lines(tmp_path):
     d = json.loads(gridsplit("model", "advise", "-t", str(THREE / "three-gw4.toml"), "--size", "1M", "--json").stdout)
     assert d["kind"] == "gridsplit-model-advice" and d["version"] == 2

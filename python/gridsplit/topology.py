@@ -156,10 +156,10 @@ class GatewaySettings:
     outage_limit_s: float = 120.0
     # TCP connections per WAN link (gridsplitd [[link]] streams); 0 = "auto":
     # `gateway config` picks the fewest that reach the link's rate at its loss
-    # (gateway.wan_streams; docs/design/wan-striping.md).
+    # (capacity.wan_streams; docs/design/wan-striping.md).
     wan_streams: int = 0
-    # Which site pairs' connections are split: "auto" (those whose gateways can
-    # carry what the nodes reach directly; gateway.split_pairs) or "all".
+    # Which site pairs' connections are split: "auto" (those where the split model
+    # predicts a gain and no loss; model.splitadvise.split_policy, docs/model.md §5.6) or "all".
     split: str = "auto"
 
 

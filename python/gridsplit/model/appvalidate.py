@@ -6,9 +6,9 @@ policy splits, against what the run measured.
 
 - The run applied the policy (the lab's node file, recorded in the meta row's
   `lab.split_policy`): right when split is not slower than direct beyond TOLERANCE.
-- The run split every pair (`[gateways] split = "all"`, as the paper preset does) and the
-  policy splits none of the spanned pairs: right when direct is not slower beyond TOLERANCE,
-  i.e. the measured split/direct is at least 1 - TOLERANCE.
+- The run split pairs of which the policy splits none (e.g. `[gateways] split = "all"`, as
+  the paper preset does): right when direct is not slower beyond TOLERANCE, i.e. the
+  measured split/direct is at least 1 - TOLERANCE.
 - Any other mix (the policy splits some pairs, the run split others) measures neither
   decision; the cell is listed as not comparable and not scored.
 """
@@ -62,7 +62,7 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
         if advised == ran_here:
             basis, right = "the run applied the policy", meas <= 1 + TOLERANCE
         elif not advised:
-            basis, right = "the run split every pair; the policy splits none", meas >= 1 - TOLERANCE
+            basis, right = "the run split; the policy splits none of these pairs", meas >= 1 - TOLERANCE
         else:
             basis, right = "not comparable: the run split other pairs than the policy", None
         out.append({"file": name, "topology": topo.name, "app": s["app"], "impl": s["impl"], "variant": s["variant"],
