@@ -105,7 +105,7 @@ for impl in mpich openmpi; do
         run_case "$impl" "$p" "$p"
         run_fault "$impl" "$p" "$p"
     done
-    for op in scatter bcast alltoall gather_mpi; do
+    for op in scatter bcast alltoall gather_mpi halo; do
         run_case "$impl" coll "$op" -o "$op"
         run_fault "$impl" coll "$op" -o "$op"
     done
