@@ -14,7 +14,8 @@ import click
 from .bench.cli import bench
 from .bench.report import report
 from .errors import GridsplitError
-from .gateway.cli import gateway, run
+from .gateway.cli import gateway
+from .launch import run
 from .lab.cli import lab
 from .model.cli import model
 from .netcheck.cli import netcheck

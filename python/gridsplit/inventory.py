@@ -199,9 +199,9 @@ def load_inventory(path: str) -> Inventory:
     topology = data.get("topology")
     if topology is not None:
         if not isinstance(topology, str) or not topology:
-            raise _fail(p, 'topology: must be a topology file, e.g. topology = "grid.toml"')
-        if not Path(topology).is_absolute():
-            topology = str(p.parent / topology)
+            raise _fail(p, 'topology: must be a topology file or preset, e.g. topology = "grid.toml"')
+        if topology.endswith(".toml") and not Path(topology).is_absolute():
+            topology = str(p.parent / topology)  # a file next to the hosts file; else a preset's name
 
     m = table(data.get("mpi", {}), "mpi", "mpi")
     impls = m.get("impl", list(IMPLS))

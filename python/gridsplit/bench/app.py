@@ -43,7 +43,7 @@ from .appresults import build_app_report, render_app_summary, summarize_apps
 from .apppresets import DATA, PRESETS, App, check_built_for, preset_names
 from .measure import Probe, gw_cpu, tracers
 from .results import SCHEMA
-from .sweep import ensure_lab
+from .grid import ensure_lab
 
 MODES = ("direct", "split")
 PLACEMENTS = ("round-robin", "block")

@@ -8,6 +8,7 @@ import re
 import click
 
 from ..errors import GridsplitError
+from ..inventory import load_inventory
 
 # `--nodes all`: every node of the lab runs a rank (all sites, not one sender site).
 ALL_NODES = 0
@@ -98,3 +99,21 @@ def reps_budget(f):
 
 report = click.option("--report/--no-report", "make_report", default=True, show_default=True,
                       help="Write the HTML report next to the result file at the end.")
+
+
+hosts_file = click.option("--hosts", "hosts_file", metavar="FILE", default=None,
+                          help="Run on real hosts over ssh, listed per site in a TOML file (netcheck's format with the "
+                               "bench's keys: topology, [mpi], [gateways], gateway per site; docs/bench.md) instead "
+                               "of the lab.")
+
+
+def inventory_for(ctx: click.Context, hosts_file: str | None):
+    """The --hosts inventory, or None for the lab; --topology and --scale name the lab's grid and are refused
+    with it (the hosts file names its topology)."""
+    if hosts_file is None:
+        return None
+    for name in ("topology", "scale"):
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            raise GridsplitError(f"--hosts and --{name} exclude each other: the hosts file names its topology "
+                                 '(topology = "FILE")')
+    return load_inventory(hosts_file)

@@ -15,6 +15,9 @@ Around each run it records:
 
 Rows go to a JSONL file (schema in docs/bench.md), flushed one per run, so an
 interrupted sweep resumes where it stopped.
+
+The grid is the lab (grid.py) or, with --hosts FILE, real hosts over ssh
+(hosts.py): one run of a point (run_point) is the same code on both.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import signal
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,137 +37,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import machine, sysdeps
 from ..errors import GridsplitError
-from ..topology import STRATEGIES, Host, Topology, load_topology
-from ..lab import queues, realize
-from ..lab.softirq import SoftirqClock
-from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
-from ..lab.names import LabNames
-from ..lab.sh import list_netns
-from ..lab.tcptrace import Trace
+from ..inventory import Inventory
+from ..topology import STRATEGIES, Host, load_topology
+from ..lab import queues
+from ..lab.mpi import IMPLS, TIMED_OUT
+from . import measure
 from . import options as O
 from . import units
+from .grid import lab_grid
+from .hosts import check_fixed_variant, check_impls, hosts_grid, hosts_topology
 from .options import ALL_NODES
-from . import measure
-from .measure import Probe, tracers
+from .points import MODES, OPS, Point, effective_reps, measured_period, placement, plan  # bench ab imports OPS, Point
 from .report import build_report
-from ..tcpbound import GOODPUT
 from .results import SCHEMA, read_rows, render_summary, row_key, summarize
-
-MODES = ("direct", "split")
-
-
-@dataclass(frozen=True)
-class Op:
-    prog: str
-    args: tuple[str, ...] = ()
-    pair: bool = False  # two ranks only, one per site
-
-
-OPS = {
-    "gather": Op("gather"),
-    "scatter": Op("coll", ("-o", "scatter")),
-    "bcast": Op("coll", ("-o", "bcast")),
-    "alltoall": Op("coll", ("-o", "alltoall")),
-    "pingpong": Op("pingpong", pair=True),
-}
-
-
-@dataclass(frozen=True)
-class Point:
-    """One measured run; `key` identifies it in a result file (for resume)."""
-
-    op: str
-    impl: str
-    nodes: int
-    size: int
-    repeat: int
-    mode: str
-    strategy: str | None
-    congestion: str | None
-    lan: bool | None = None
-    # [gateways] wan_streams: 0 = auto (gateway.wan_streams), else a count.
-    streams: int | None = None
-    # Which connections the ranks split: "policy" (the topology's split policy) or "all".
-    split: str | None = None
-    # `bench ab`: the side's label and the gridsplitd it runs (None: this checkout's build).
-    ab: str | None = None
-    gridsplitd: str | None = None
-
-    @property
-    def variant(self) -> dict[str, Any] | None:
-        """The gateway settings of a split run, as result rows record them (row_key reads them back)."""
-        if self.mode != "split":
-            return None
-        v = {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
-             "wan_streams": self.streams, "split": self.split}
-        return {**v, "ab": self.ab, "gridsplitd": self.gridsplitd} if self.ab else v
-
-    @property
-    def key(self) -> tuple:
-        return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan, self.streams, self.split, self.ab)
-
-
-# -- placement and physics -----------------------------------------------------
-
-
-def placement(topo: Topology, op: str, nodes: int) -> tuple[Host, list[Host]]:
-    """The root (first node of the second site) and the `nodes` senders of the first site,
-    or, for nodes = ALL_NODES, every other node of every site.
-
-    The first is Alter and Glück §10.2's layout: senders in bordeaux, the gather root in sophia.
-    """
-    if len(topo.sites) < 2:
-        raise GridsplitError(f"topology {topo.name!r} has one site; cross-site benchmarks need two")
-    a, b = topo.sites[0], topo.sites[1]
-    if nodes == ALL_NODES and not OPS[op].pair:
-        root = next(h for h in topo.nodes() if h.site == b.name)
-        return root, [h for h in topo.nodes() if h != root]
-    senders = [h for h in topo.nodes() if h.site == a.name]
-    roots = [h for h in topo.nodes() if h.site == b.name]
-    if OPS[op].pair:
-        nodes = 1
-    if nodes > len(senders):
-        raise GridsplitError(f"--nodes {nodes}: site {a.name} of the lab has {len(senders)} nodes; "
-                             f"bring the lab up with `--nodes {nodes}` or lower --nodes")
-    return roots[0], senders[:nodes]
-
-
-def bound_per_rep(topo: Topology, op: str, root: Host, senders: list[Host], size: int) -> float:
-    """The physical lower bound of one repetition, in seconds.
-
-    For gather (timed at the root from the start of the barrier, as in seed
-    000): the senders cannot leave the barrier before hearing that the root
-    entered it (one one-way delay); their data then needs another one-way
-    delay plus the time for n·m bytes to cross the narrowest point where their
-    flows converge (root NIC, WAN, uplinks, or the senders' NICs together) at
-    its payload rate. Protocol round trips (rendezvous, slow start) are not
-    physics and are not in it. For pingpong it bounds half a round trip; the
-    other collectives get the same form as gather, as a reference line.
-    """
-    rtt = max(topo.rtt_ms(root.site, s.site) for s in senders) / 1e3
-    path = min(topo.bottleneck_mbps(s, root) for s in senders)
-    if OPS[op].pair:
-        return rtt / 2 + size * 8 / (path * 1e6 * GOODPUT)
-    agg = min(path, root.nic_mbps, sum(s.nic_mbps for s in senders)) * 1e6 * GOODPUT
-    return rtt + len(senders) * size * 8 / agg
-
-
-def measured_period(op: str, res: dict[str, Any]) -> float | None:
-    """Measured time comparable with reps x bound_per_rep, or None for ops without a sound bound."""
-    if op == "gather":
-        return res["total_s"]
-    if OPS[op].pair:
-        return res["median_s"] * res["reps"]
-    return None
-
-
-def effective_reps(requested: int, budget_s: float, bound: float, min_reps: int = 5) -> int:
-    """Cap reps so that the point's ideal duration stays within the budget (0: no cap)."""
-    if budget_s <= 0 or bound * requested <= budget_s:
-        return requested
-    return max(min(min_reps, requested), int(budget_s / bound))
-
 
 # -- CPU -------------------------------------------------------------------------
 
@@ -200,31 +84,28 @@ class MpiJobFailed(GridsplitError):
     """An MPI job of a point failed twice."""
 
 
-def run_point(state: realize.LabState, trace: Trace | None, p: Point, reps_requested: int, budget: float,
-              check: bool, rank_env: dict[str, str] | None = None, sirq: SoftirqClock | None = None) -> dict[str, Any]:
-    topo = state.topo
-    root, senders = placement(topo, p.op, p.nodes)
-    bound = bound_per_rep(topo, p.op, root, senders, p.size)
+def run_point(grid, p: Point, reps_requested: int, budget: float, check: bool,
+              rank_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One point on `grid` (the lab, grid.LabGrid, or real hosts, hosts.HostsGrid): its row."""
+    root, senders = placement(grid.sites, grid.nodes, p.op, p.nodes, grid.where, grid.more)
+    bound = grid.bound(p.op, root, senders, p.size)
     reps = effective_reps(reps_requested, budget, bound)
     timeout = max(120.0, 20 * bound * reps + 60)
     ranks = [root, *senders]
-    gws = [h for h in topo.hosts() if h.role == "gateway" and h.site in {root.site, *(s.site for s in senders)}]
+    gws = grid.gateways({root.site, *(s.site for s in senders)})
     watched = {h.name: h for h in [*ranks, *gws]}
     op = OPS[p.op]
-    prog = [sysdeps.mpi_program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
+    prog = [grid.program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    split = split_env(state, force_all=p.split == "all") if p.mode == "split" else {}
-    env = {**(rank_env or {}), **split}  # over mpirun's RANK_ENV
-    # Gateways carry traffic in split mode only; their softirq is traced then.
-    sirq = sirq if p.mode == "split" else None
+    split = grid.split_env(force_all=p.split == "all") if p.mode == "split" else {}
+    env = {**(rank_env or {}), **split}  # over the grid's own rank settings (lab: mpirun's RANK_ENV)
 
     for attempt in (1, 2):
-        probe = Probe(state, watched, trace, sirq)
+        probe = grid.probe(watched, p.mode)
         probe.start()
         t0 = time.monotonic()
-        cp = mpirun(state, p.impl, len(ranks), ranks, prog, env=env, capture=True, timeout=timeout, keep_partial=True,
-                    expect_lines=1, on_result=probe.at_result)
+        cp = grid.mpirun(p.impl, ranks, prog, env, timeout, probe.at_result, expect_lines=1)
         wall = time.monotonic() - t0
         probe.stop()
         lines = [json.loads(l) for l in (cp.stdout or "").splitlines() if l.startswith("{")]
@@ -263,64 +144,20 @@ def _efficiency(bound_total: float, measured: float | None) -> float | None:
 
 # -- the sweep ---------------------------------------------------------------------
 
-def ensure_lab(names: LabNames, topology: str, nodes: int | None, scale: float | None,
-               con: Console) -> realize.LabState:
-    """Reuse the running lab if it is this topology with enough nodes (None: the
-    topology's own counts), else rebuild it."""
-    want = load_topology(topology, None, scale)
-    asked = nodes
-    if nodes is None:
-        nodes = want.sites[0].nodes
-    try:
-        state = realize.load_state(names)
-    except GridsplitError:
-        state = None
-    if state is not None:
-        a = state.topo.sites[0]
-        # A lab brought up with `--scale auto` keeps the scale this machine could hold.
-        same_scale = state.topo.scale == want.scale or (scale is None and state.data.get("scale_auto"))
-        if (state.data.get("topology_spec") == topology and a.nodes >= nodes and same_scale
-                and state.data.get("gateways")):
-            con.print(f"[dim]·[/dim] reusing the running lab {state.topo.name!r} ({a.nodes} nodes on {a.name})")
-            return state
-        con.print(f"[dim]·[/dim] the running lab ({state.topo.name}, {a.nodes} nodes) does not fit; rebuilding it")
-        realize.down(names)
-    con.print(f"[dim]·[/dim] bringing up lab {topology!r} with {nodes} nodes")
-    return realize.up(topology, asked, names, progress=lambda m: con.print(f"[dim]  ·[/dim] {m}"), scale=scale)
-
-
-def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
-         strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,),
-         streams: tuple[int | None, ...] = (None,), splits: tuple[str | None, ...] = (None,)) -> list[Point]:
-    """Every point in run order: direct and the first split variant side by side; other variants after."""
-    variants = [(s, c, i, k, x) for s in strategies for c in ccs for i in lans for k in streams for x in splits]
-    if OPS[op].pair:
-        nodes = [1]
-    pts = []
-    for k in range(repeat):
-        for impl in impls:
-            for n in nodes:
-                for m in sizes:
-                    for mode in modes:
-                        v = variants[0] if mode == "split" else (None, None, None, None, None)
-                        pts.append(Point(op, impl, n, m, k, mode, *v))
-        if "split" in modes:
-            for v in variants[1:]:
-                for impl in impls:
-                    for n in nodes:
-                        for m in sizes:
-                            pts.append(Point(op, impl, n, m, k, "split", *v))
-    return pts
-
-
 def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: list[int], reps: int,
           budget: float, modes: list[str], impls: list[str], repeat: int, strategies: list[str | None],
           ccs: list[str | None], out: Path, check: bool, con: Console,
           lans: tuple[bool | None, ...] = (None,), rank_env: dict[str, str] | None = None,
           streams: tuple[int | None, ...] = (None,),
-          splits: tuple[str, ...] = ("policy",)) -> list[dict[str, Any]]:
-    sysdeps.need_root(f"gridsplit bench {op}")
-    gw = load_topology(topology, None, scale).gateways
+          splits: tuple[str, ...] = ("policy",), inventory: Inventory | None = None) -> list[dict[str, Any]]:
+    if inventory is None:
+        sysdeps.need_root(f"gridsplit bench {op}")
+        gw = load_topology(topology, None, scale).gateways
+    else:
+        topology = hosts_topology(inventory)
+        gw = load_topology(topology).gateways
+        check_fixed_variant(gw, strategies, ccs, lans, streams)
+        impls = check_impls(inventory, impls)
     strategies = [s or gw.strategy for s in strategies]
     ccs = [c or gw.congestion for c in ccs]
     lans = [gw.lan_tuning if i is None else i for i in lans]
@@ -330,22 +167,23 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
     requested = {"nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                  "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
                  "wan_streams": streams, "split": splits, "check": check}
-    return run_plan(op, topology, scale, pts, reps, budget, check, out, con, rank_env, requested)
+    return run_plan(op, topology, scale, pts, reps, budget, check, out, con, rank_env, requested,
+                    inventory=inventory)
 
 
 def run_plan(op: str, topology: str, scale: float | None, pts: list[Point], reps: int, budget: float, check: bool,
              out: Path, con: Console, rank_env: dict[str, str], requested: dict[str, Any],
-             extra_meta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run `pts` in order on the lab (brought up or reused), appending rows to `out`; points already
-    in `out` are skipped, so a sweep resumes. `extra_meta` (e.g. `bench ab`'s sides) goes into the
-    meta row and must match a resumed file's."""
-    if "direct" in {p.mode for p in pts}:
+             extra_meta: dict[str, Any] | None = None, inventory: Inventory | None = None) -> list[dict[str, Any]]:
+    """Run `pts` in order on the lab (brought up or reused) or, with `inventory`, on its real hosts,
+    appending rows to `out`; points already in `out` are skipped, so a sweep resumes. `extra_meta`
+    (e.g. `bench ab`'s sides) goes into the meta row and must match a resumed file's."""
+    modes = {p.mode for p in pts}
+    if "direct" in modes:
         topo = load_topology(topology, None, scale)
         if not topo.routed:
             raise GridsplitError(f"direct mode cannot run on topology {topo.name!r}: its sites are unroutable "
                                  "([addressing] routed = false), so nodes reach other sites only through the "
                                  "gateways and a direct job would fail; use --modes split")
-    names = LabNames.from_env()
     extra_meta = json.loads(json.dumps(extra_meta or {}))
     done: dict[tuple, dict] = {}
     if out.exists():
@@ -353,6 +191,9 @@ def run_plan(op: str, topology: str, scale: float | None, pts: list[Point], reps
         meta = next((r for r in rows if r.get("kind") == "meta"), None)
         if meta and meta.get("topology_spec") != topology:
             raise GridsplitError(f"{out} holds a sweep of topology {meta.get('topology_spec')!r}, not {topology!r}; "
+                                 "give another --out")
+        if meta and (meta.get("hosts") or {}).get("file") != (inventory and str(inventory.path)):
+            raise GridsplitError(f"{out} holds a sweep run {'on the hosts of ' + meta['hosts']['file'] if meta.get('hosts') else 'in the lab'}; "
                                  "give another --out")
         # Resuming must not pair rows run under other MPI settings: the point
         # keys do not carry them, and a table's direct and split would differ
@@ -370,24 +211,20 @@ def run_plan(op: str, topology: str, scale: float | None, pts: list[Point], reps
         con.print(f"[dim]·[/dim] resuming {out}: {len(pts) - len(todo)} of {len(pts)} points already measured")
     if not todo:
         return [done[p.key] for p in pts]
-    modes = {p.mode for p in pts}
     nodes = {p.nodes for p in pts}
-    state = ensure_lab(names, topology, None if ALL_NODES in nodes else max(nodes), scale, con)
-    if "split" in modes and not state.data.get("gateways"):
-        raise GridsplitError("split mode needs gateways, and this lab has none running")
+    opened = (lab_grid(topology, scale, None if ALL_NODES in nodes else max(nodes), modes, con) if inventory is None
+              else hosts_grid(inventory, modes, con))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tracers(names, "split" in modes, con) as (trace, sirq), out.open("a") as f:
+    with opened as grid, out.open("a") as f:
         f.write(json.dumps({
-            "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, "topology": state.topo.to_dict(),
-            "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
+            "kind": "meta", "schema": SCHEMA, "op": op, "topology_spec": topology, **grid.meta(),
             "machine": machine.facts(), "command": sys.argv, "requested": requested,
-            "rank_env": {i: {**RANK_ENV.get(i, {}), **rank_env} for i in IMPLS},
+            "rank_env": {i: {**grid.rank_env.get(i, {}), **rank_env} for i in IMPLS},
             "rank_env_extra": rank_env,
-            "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
             **extra_meta,
         }) + "\n")
         f.flush()
-        rows = _run_all(state, trace, todo, reps, budget, check, f, con, rank_env, sirq)
+        rows = _run_all(grid, todo, reps, budget, check, f, con, rank_env)
     done.update((row_key(r), r) for r in rows)
     return [done[p.key] for p in pts if p.key in done]
 
@@ -403,30 +240,19 @@ def _short(p: Point) -> str:
             + ("-all" if p.split == "all" else ""))
 
 
-def _run_all(state: realize.LabState, trace: Trace | None, todo: list[Point], reps: int, budget: float,
-             check: bool, f, con: Console, rank_env: dict[str, str],
-             sirq: SoftirqClock | None = None) -> list[dict[str, Any]]:
+def _run_all(grid, todo: list[Point], reps: int, budget: float, check: bool, f, con: Console,
+             rank_env: dict[str, str]) -> list[dict[str, Any]]:
     rows = []
-    g = state.topo.gateways
-    built = sysdeps.built("gridsplitd")
-    variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams, realize.gateway_binary(state.data))
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*cols, console=con, transient=False) as bar:
         task = bar.add_task("sweep", total=len(todo))
         for p in todo:
-            want = (p.strategy, p.congestion, p.lan, p.streams, p.gridsplitd or built)
-            if p.mode == "split" and want != variant:
-                bar.console.print(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control "
-                                  f"{p.congestion}, LAN tuning {'on' if p.lan else 'off'}, WAN streams "
-                                  f"{p.streams or 'auto'}{'' if want[4] == built else ', gridsplitd ' + want[4]}")
-                state = realize.restart_gateways(state, gridsplitd=p.gridsplitd, strategy=p.strategy,
-                                                 congestion=p.congestion, lan_tuning=p.lan, wan_streams=p.streams)
-                variant = want
+            grid.prepare(p, bar.console.print)
             bar.update(task, description=f"{p.op} {p.impl} n={_n(p.nodes)} {units.fmt_size(p.size)} {p.mode}"
                                           f"{'/' + _short(p) if p.mode == 'split' else ''} #{p.repeat}")
             try:
-                row = run_point(state, trace, p, reps, budget, check, rank_env, sirq)
+                row = run_point(grid, p, reps, budget, check, rank_env)
             except MpiJobFailed as e:
                 # One job that keeps failing (MPICH's launcher at 20 ranks on this
                 # machine) must not cost the rest of a long sweep: the failure is
@@ -478,7 +304,8 @@ def make_command(op: str) -> click.Command:
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
     @O.reps_budget
     @click.option("--modes", default="direct,split", show_default=True, callback=O.csv(O.choice_list(MODES)))
-    @click.option("--impl", "impls", default="mpich,openmpi", show_default=True, callback=O.csv(O.choice_list(IMPLS)))
+    @click.option("--impl", "impls", default=None, callback=O.csv(O.choice_list(IMPLS)),
+                  help="MPI implementations [lab: mpich,openmpi; --hosts: the hosts file's [mpi] impl].")
     @click.option("--repeat", "-k", default=1, show_default=True, type=click.IntRange(1, 100),
                   help="Repetitions of the whole sweep; the report takes medians and min-max over them.")
     @click.option("--strategy", "strategies", default=None, callback=O.csv(O.choice_list(STRATEGIES)),
@@ -508,18 +335,26 @@ def make_command(op: str) -> click.Command:
                   help="JSONL result file (appended; existing points are skipped, so a sweep resumes). "
                        "Default: gridsplit-out/bench/DATE-TOPOLOGY-OP.jsonl (under the current directory).")
     @O.report
-    def cmd(topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, streams,
-            splits, rank_env, check, out, make_report):
+    @O.hosts_file
+    @click.pass_context
+    def cmd(ctx, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, streams,
+            splits, rank_env, check, out, make_report, hosts_file):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        inventory = O.inventory_for(ctx, hosts_file)
+        if inventory is None:
+            impls = impls or list(IMPLS)
+        else:
+            topology = hosts_topology(inventory)
         # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
         # must still stop its MPI job and remove its trace instance.
         signal.signal(signal.SIGTERM, _interrupt)
         if out is None:
-            out = Path("gridsplit-out/bench") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}.jsonl"
+            out = Path("gridsplit-out/bench") / (f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}"
+                                                 f"{'-hosts' if inventory else ''}-{op}.jsonl")
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
                      strategies or [None], ccs or [None], out, check, con,
                      tuple(i == "on" for i in lans) if lans else (None,), rank_env,
-                     tuple(streams) if streams else (None,), tuple(splits))
+                     tuple(streams) if streams else (None,), tuple(splits), inventory)
         summary = summarize(rows)
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..launch import rank_env_args, ranks_split_env
 from ..topology import Host
 from .realize import LabState, stop_pids
 
@@ -62,14 +63,9 @@ def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
     those of the site pairs the split policy splits, or all of them."""
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
-    env = {"LD_PRELOAD": sysdeps.built("libgridsplit.so"),
-           "GRIDSPLIT_CONFIG": str(state.names.state_dir / "nodes.conf")}  # the node file (realize._start_gateways)
-    if force_all:
-        env["GRIDSPLIT_SPLIT"] = "all"  # the library ignores the config's direct_to (preload/README.md)
-    if state.topo.gateways.lan_rto_min_us:
-        us = str(state.topo.gateways.lan_rto_min_us)
-        env |= {"GRIDSPLIT_LAN_RTO_MIN_US": us, "GRIDSPLIT_LAN_DELACK_MAX_US": us}
-    return env
+    # the node file: realize._start_gateways writes it
+    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(state.names.state_dir / "nodes.conf"), force_all,
+                           state.topo.gateways.lan_rto_min_us)
 
 
 def refuse_direct(state: LabState, hosts: list[Host], env: dict[str, str] | None) -> None:
@@ -107,7 +103,7 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
         full_env.setdefault("UCX_TLS", "tcp,self")
         full_env.setdefault("UCX_NET_DEVICES", "eth0")
         argv = ["mpiexec.mpich", "-launcher", "ssh", "-launcher-exec", rsh, "-hosts", names, "-n", str(n),
-                *sum((["-genv", k, v] for k, v in env.items()), []), *prog]
+                *rank_env_args("mpich", env), *prog]
     elif impl == "openmpi":
         sysdeps.need_tool("mpirun.openmpi")
         argv = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--map-by", "node",
@@ -115,7 +111,7 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
                 "--mca", "plm_rsh_agent", rsh, "--mca", "plm_rsh_no_tree_spawn", "1",
                 "--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader",
                 "--mca", "btl_tcp_if_include", block, "--mca", "oob_tcp_if_include", block,
-                *sum((["-x", f"{k}={v}"] for k, v in env.items()), []), *prog]
+                *rank_env_args("openmpi", env), *prog]
     else:
         raise GridsplitError(f"--impl {impl!r}: choose one of {', '.join(IMPLS)}")
     return [rsh, "--exec", hosts[0].name, *argv], full_env

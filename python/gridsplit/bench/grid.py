@@ -1,0 +1,122 @@
+"""The lab as the grid a bench runs on: its placement, physics, MPI launcher and probe,
+behind the interface the real-host grid (hosts.py) offers too, so that one run of a
+sweep (sweep.run_point) or of an app (app.run_one) is the same code on both.
+
+A grid has: `kind`, `topo`, `sites` and `nodes` (in placement order), `where`
+and `more` (for messages), `bound()`, `program()`, `split_env()`, `gateways()`,
+`probe()`, `mpirun()`, `prepare()` (before each point: the lab restarts its
+gateways for another variant) and `meta()` (what the result file's meta row records).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+
+from .. import sysdeps
+from ..errors import GridsplitError
+from ..lab import realize
+from ..lab.mpi import RANK_ENV, mpirun, split_env
+from ..lab.names import LabNames
+from ..lab.sh import list_netns
+from ..topology import Host, load_topology
+from .measure import Probe, tracers
+from .points import Point, bound_per_rep
+
+
+class LabGrid:
+    kind = "lab"
+    rank_env = RANK_ENV  # what every rank gets before --rank-env (lab.mpi.RANK_ENV: yield when idle)
+
+    def __init__(self, state: realize.LabState, names: LabNames, trace, sirq):
+        self.state, self.names, self.trace, self.sirq = state, names, trace, sirq
+        self.topo = state.topo
+        self.sites = [s.name for s in self.topo.sites]
+        self.nodes = list(self.topo.nodes())
+        self.where = f"the lab ({self.topo.name})"
+        self.more = "bring the lab up with more `--nodes` or lower --nodes"
+        g = self.topo.gateways
+        self.built = sysdeps.built("gridsplitd")
+        self.variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams, realize.gateway_binary(state.data))
+
+    def bound(self, op: str, root: Host, senders: list[Host], size: int) -> float:
+        return bound_per_rep(self.topo, op, root, senders, size)
+
+    def program(self, impl: str, prog: str) -> str:
+        return sysdeps.mpi_program(impl, prog)
+
+    def split_env(self, force_all: bool = False) -> dict[str, str]:
+        return split_env(self.state, force_all=force_all)
+
+    def gateways(self, sites: set[str]) -> list[Host]:
+        return [h for h in self.topo.hosts() if h.role == "gateway" and h.site in sites]
+
+    def probe(self, watched: dict[str, Host], mode: str) -> Probe:
+        # Gateways carry traffic in split mode only; their softirq is traced then.
+        return Probe(self.state, watched, self.trace, self.sirq if mode == "split" else None)
+
+    def mpirun(self, impl: str, hosts: list[Host], prog: list[str], env: dict[str, str], timeout: float,
+               on_result: Callable[[], None] | None, expect_lines: int = 0) -> subprocess.CompletedProcess:
+        return mpirun(self.state, impl, len(hosts), hosts, prog, env=env, capture=True, timeout=timeout,
+                      keep_partial=True, expect_lines=expect_lines, on_result=on_result)
+
+    def prepare(self, p: Point, say: Callable[[str], None]) -> None:
+        """Restart the gateways when a split point wants other settings than they run with."""
+        want = (p.strategy, p.congestion, p.lan, p.streams, p.gridsplitd or self.built)
+        if p.mode != "split" or want == self.variant:
+            return
+        say(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control {p.congestion}, "
+            f"LAN tuning {'on' if p.lan else 'off'}, WAN streams {p.streams or 'auto'}"
+            f"{'' if want[4] == self.built else ', gridsplitd ' + want[4]}")
+        self.state = realize.restart_gateways(self.state, gridsplitd=p.gridsplitd, strategy=p.strategy,
+                                              congestion=p.congestion, lan_tuning=p.lan, wan_streams=p.streams)
+        self.variant = want
+
+    def meta(self) -> dict[str, Any]:
+        st = self.state
+        return {"topology": self.topo.to_dict(),
+                "lab": {"prefix": st.data.get("prefix"), "nodes": st.data.get("nodes"), **st.emulation},
+                "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not self.names.owns_ns(ns)})}
+
+
+@contextmanager
+def lab_grid(topology: str, scale: float | None, nodes: int | None, modes: set[str],
+             con: Console) -> Iterator[LabGrid]:
+    """The lab brought up (or reused) for `topology` with `nodes` nodes (None: its own counts),
+    with the retransmission trace (and in split mode the gateways' softirq clock) running."""
+    names = LabNames.from_env()
+    state = ensure_lab(names, topology, nodes, scale, con)
+    if "split" in modes and not state.data.get("gateways"):
+        raise GridsplitError("split mode needs gateways, and this lab has none running")
+    with tracers(names, "split" in modes, con) as (trace, sirq):
+        yield LabGrid(state, names, trace, sirq)
+
+
+def ensure_lab(names: LabNames, topology: str, nodes: int | None, scale: float | None,
+               con: Console) -> realize.LabState:
+    """Reuse the running lab if it is this topology with enough nodes (None: the
+    topology's own counts), else rebuild it."""
+    want = load_topology(topology, None, scale)
+    asked = nodes
+    if nodes is None:
+        nodes = want.sites[0].nodes
+    try:
+        state = realize.load_state(names)
+    except GridsplitError:
+        state = None
+    if state is not None:
+        a = state.topo.sites[0]
+        # A lab brought up with `--scale auto` keeps the scale this machine could hold.
+        same_scale = state.topo.scale == want.scale or (scale is None and state.data.get("scale_auto"))
+        if (state.data.get("topology_spec") == topology and a.nodes >= nodes and same_scale
+                and state.data.get("gateways")):
+            con.print(f"[dim]·[/dim] reusing the running lab {state.topo.name!r} ({a.nodes} nodes on {a.name})")
+            return state
+        con.print(f"[dim]·[/dim] the running lab ({state.topo.name}, {a.nodes} nodes) does not fit; rebuilding it")
+        realize.down(names)
+    con.print(f"[dim]·[/dim] bringing up lab {topology!r} with {nodes} nodes")
+    return realize.up(topology, asked, names, progress=lambda m: con.print(f"[dim]  ·[/dim] {m}"), scale=scale)

@@ -1,0 +1,149 @@
+"""Giving the split environment to an MPI job's ranks, and only to them: `gridsplit run`.
+
+libgridsplit.so must steer the application's cross-site connections, not the
+launcher's own (its ssh, its daemons, Slurm's step daemons): each launcher has
+a flag that sets a variable in the ranks alone, and this module knows them:
+
+- MPICH's hydra (`mpiexec`): `-genv NAME VALUE`;
+- Open MPI (`mpirun`): `-x NAME=VALUE`;
+- Slurm (`srun`): `--export=ALL,NAME=VALUE,...`, merged with the job's own
+  `--export` (or SLURM_EXPORT_ENV); srun runs without them, its tasks with them.
+
+Shared by `gridsplit run`, the lab's launcher (lab/mpi.py) and the bench on
+real hosts (bench/hosts.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+
+import click
+
+from . import sysdeps
+from .errors import GridsplitError
+from .gateway.nodes import check_nodes_file
+
+
+def ranks_split_env(lib: str, config: str, force_all: bool = False, lan_rto_min_us: int = 0) -> dict[str, str]:
+    """What a rank needs to send its cross-site connections through the gateways: the library,
+    the node file, and (force_all) every pair split whatever the node file's direct_to says."""
+    env = {"LD_PRELOAD": lib, "GRIDSPLIT_CONFIG": config}
+    if force_all:
+        env["GRIDSPLIT_SPLIT"] = "all"  # the library ignores the config's direct_to (preload/README.md)
+    if lan_rto_min_us:
+        env |= {"GRIDSPLIT_LAN_RTO_MIN_US": str(lan_rto_min_us), "GRIDSPLIT_LAN_DELACK_MAX_US": str(lan_rto_min_us)}
+    return env
+
+
+def rank_env_args(kind: str, env: dict[str, str]) -> list[str]:
+    """The launcher flags that set `env` in the ranks only (mpich: hydra, openmpi)."""
+    if kind == "mpich":
+        return [x for k, v in env.items() for x in ("-genv", k, v)]
+    if kind == "openmpi":
+        return [x for k, v in env.items() for x in ("-x", f"{k}={v}")]
+    raise GridsplitError(f"no rank-only environment flag known for launcher kind {kind!r}")
+
+
+def srun_argv(argv: list[str], env: dict[str, str], environ: dict[str, str]) -> list[str]:
+    """srun's command line with `env` exported to its tasks, merged with the job's own --export
+    (or SLURM_EXPORT_ENV, which an --export option overrides)."""
+    for k, v in env.items():
+        if "," in v:
+            raise GridsplitError(f"{k}={v}: srun --export separates variables by commas; use a path without one")
+    ours = ",".join(f"{k}={v}" for k, v in env.items())
+    # The job's own --export (the first, before any "--") is merged into ours, not repeated.
+    rest, given, i = [], None, 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            rest += argv[i:]
+            break
+        if given is None and a.startswith("--export="):
+            given = a.split("=", 1)[1]
+        elif given is None and a == "--export" and i + 1 < len(argv):
+            given = argv[i + 1]
+            i += 1
+        else:
+            rest.append(a)
+        i += 1
+    if given is None:
+        given = environ.get("SLURM_EXPORT_ENV", "ALL")
+    # NONE: only SLURM_* and the listed variables reach the tasks, as a list without ALL does.
+    merged = ours if given.upper() == "NONE" else f"{given},{ours}"
+    return [argv[0], f"--export={merged}", *rest]
+
+
+def launcher_kind(argv0: str) -> str | None:
+    """'srun', 'mpich' (hydra), 'openmpi', or None for a command that is not a launcher."""
+    base = os.path.basename(argv0)
+    if base == "srun":
+        return "srun"
+    if not base.startswith(("mpiexec", "mpirun", "orterun")):
+        return None
+    exe = shutil.which(argv0)
+    if exe is None:
+        raise GridsplitError(f"{argv0}: not found in PATH")
+    try:
+        ver = subprocess.run([exe, "--version"], text=True, capture_output=True, timeout=20).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    if "Open MPI" in ver or "OpenRTE" in ver:
+        return "openmpi"
+    if "HYDRA" in ver or "MPICH" in ver:
+        return "mpich"
+    return None
+
+
+def split_command(argv: list[str], env: dict[str, str], environ: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+    """The command line and environment that give `env` to the ranks of `argv`, and what they were given to."""
+    kind = launcher_kind(argv[0])
+    environ = dict(environ)
+    if kind == "srun":
+        return srun_argv(argv, env, environ), environ, "tasks of srun"
+    if kind in ("mpich", "openmpi"):
+        return [argv[0], *rank_env_args(kind, env), *argv[1:]], environ, f"ranks of the {kind} launcher"
+    environ.update(env)
+    return argv, environ, "command"
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The node file (as written by `gridsplit gateway nodes-config`).")
+@click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
+@click.option("--split", "split", default="policy", show_default=True, type=click.Choice(["policy", "all"]),
+              help="policy: the config's split policy (site pairs listed in a direct_to stay direct); all: split "
+                   "every cross-site connection.")
+@click.option("--dry-run", is_flag=True, help="Print the command line it would run, and run nothing.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple[str, ...]) -> None:
+    """Run CMD (mpiexec, mpirun or srun) with the ranks' connections split at the gateways.
+
+    \b
+    The library and the node file go to the ranks only: -genv for MPICH's
+    mpiexec, -x for Open MPI's mpirun, --export=ALL,... for Slurm's srun (merged
+    with the job's own --export), so the launcher's own connections are left
+    alone; any other command gets them in its environment.
+      gridsplit run --config /etc/gridsplit/nodes.conf -- mpiexec -f hosts -n 64 ./app
+      gridsplit run --config /etc/gridsplit/nodes.conf -- srun -N 4 -n 64 ./app
+    """
+    argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
+    if not argv:
+        raise GridsplitError("no command given; usage: gridsplit run --config FILE -- mpiexec ...")
+    libpath = os.path.abspath(lib or sysdeps.built("libgridsplit.so"))
+    cfg = os.path.abspath(config_path)
+    check_nodes_file(cfg)
+    env = {"LD_PRELOAD": libpath, "GRIDSPLIT_CONFIG": cfg, "GRIDSPLIT_SPLIT": split}
+    argv, environ, who = split_command(argv, env, dict(os.environ))
+    click.echo(f"gridsplit run: {who} get LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={split}",
+               err=True)
+    if dry_run:
+        extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " if who == "command" else ""
+        click.echo(extra + shlex.join(argv))
+        return
+    try:
+        os.execvpe(argv[0], argv, environ)
+    except FileNotFoundError:
+        raise GridsplitError(f"{argv[0]}: not found in PATH") from None

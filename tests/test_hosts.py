@@ -1,0 +1,216 @@
+"""The bench on real hosts (`bench gather --hosts`) and `gridsplit run`'s launchers.
+
+The real-host path is tested as netcheck's --hosts is: the hosts are lab
+namespaces, each running its own ssh server (dropbear, in a private mount and
+UTS namespace where /root is a throw-away home holding this test's key and
+the host has its own name), and every ssh of the bench starts inside a lab
+host, so its traffic stays in the lab. The MPI launcher then runs on the root
+rank's host and reaches the other one with its own ssh, as on a real grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PREFIX, gridsplit, needs_root
+
+ROOT = Path(__file__).parent.parent
+
+
+def one_line_error(cp: subprocess.CompletedProcess, expect: str) -> None:
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    assert expect in cp.stderr, cp.stderr
+    assert "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+
+
+# ---------------------------------------------------------------------------
+# Bad input (no lab)
+# ---------------------------------------------------------------------------
+
+GOOD = ('topology = "mini"\n[ssh]\nconnect_timeout = 2\nssh_port = 1\n'
+        '[[site]]\nname = "east"\nhosts = ["127.0.0.1"]\n[[site]]\nname = "west"\nhosts = ["127.0.0.2"]\n')
+
+
+@pytest.mark.parametrize("text,args,expect", [
+    ("[[site]\nname = 1", [], "not valid TOML"),
+    ('topology = "mini"\n[[site]]\nname = "east"\nhosts = ["a"]\n[[site]]\nname = "west"\nhosts = []\n', [],
+     "site[1].hosts: give one or more hosts (site 'west' has no nodes)"),
+    ('topology = "mini"\n[mpi]\nimpl = "lam"\n' + GOOD.split("\n", 1)[1], [], "mpi.impl"),
+    ('[[site]]\nname = "east"\nhosts = ["a"]\n[[site]]\nname = "west"\nhosts = ["b"]\n', [], 'topology = "FILE"'),
+    (GOOD.replace('"west"', '"north"'), [], "site north is not a site of topology 'mini'"),
+    (GOOD, ["--strategy", "fifo"], "--strategy: with --hosts the gateways run"),
+    (GOOD, ["--topology", "paper"], "--hosts and --topology exclude each other"),
+    (GOOD.replace("[ssh]", '[mpi]\nimpl = ["openmpi"]\n[ssh]'), ["--impl", "mpich"], "not installed on the hosts"),
+    # Nothing listens on port 1 of loopback: ssh is refused at once.
+    (GOOD, [], "127.0.0.1 (site east) does not answer ssh: ssh failed"),
+])
+def test_bad_hosts_file_is_one_line(tmp_path, text, args, expect):
+    f = tmp_path / "hosts.toml"
+    f.write_text(text)
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "bench", "gather", "--hosts", str(f), "--nodes", "1",
+                         "--sizes", "1K", "--out", str(tmp_path / "x.jsonl"), *args],
+                        text=True, capture_output=True, cwd=ROOT, timeout=60)
+    one_line_error(cp, expect)
+
+
+def test_run_gives_srun_tasks_the_library_not_srun(tmp_path):
+    # A stand-in srun (Slurm need not be installed) that prints its own environment and arguments.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text('#!/bin/sh\necho "srun LD_PRELOAD=${LD_PRELOAD-unset} '
+                                 'GRIDSPLIT_CONFIG=${GRIDSPLIT_CONFIG-unset}"\nfor a in "$@"; do echo "arg $a"; done\n')
+    (bindir / "srun").chmod(0o755)
+    conf = tmp_path / "nodes.conf"
+    conf.write_text("gridsplit-nodes 1\nsite a 10.0.1.0/24 10.0.1.254:7100\nsite b 10.0.2.0/24 10.0.2.254:7100\n")
+    lib = tmp_path / "lib.so"
+    lib.write_text("")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env.pop("SLURM_EXPORT_ENV", None)
+
+    def run(*cmd: str, extra: dict | None = None) -> list[str]:
+        cp = subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib", str(lib),
+                             "--split", "all", "--", *cmd], text=True, capture_output=True, cwd=ROOT, timeout=60,
+                            env={**env, **(extra or {})})
+        assert cp.returncode == 0, cp.stderr
+        assert "tasks of srun get LD_PRELOAD" in cp.stderr
+        return cp.stdout.splitlines()
+
+    ours = f"LD_PRELOAD={lib},GRIDSPLIT_CONFIG={conf},GRIDSPLIT_SPLIT=all"
+    out = run("srun", "-N", "2", "-n", "4", "./app", "-x")
+    assert out[0] == "srun LD_PRELOAD=unset GRIDSPLIT_CONFIG=unset"   # srun itself runs without them
+    assert out[1:] == [f"arg --export=ALL,{ours}", "arg -N", "arg 2", "arg -n", "arg 4", "arg ./app", "arg -x"]
+    # The job's own --export is merged, not repeated; NONE keeps only ours (and SLURM_*).
+    out = run("srun", "--export=HOME,FOO=1", "-n", "2", "./app")
+    assert out[1:3] == [f"arg --export=HOME,FOO=1,{ours}", "arg -n"]
+    out = run("srun", "--export", "NONE", "./app")
+    assert out[1:] == [f"arg --export={ours}", "arg ./app"]
+    out = run("srun", "./app", extra={"SLURM_EXPORT_ENV": "PATH"})
+    assert out[1] == f"arg --export=PATH,{ours}"
+    # --dry-run shows the command line and runs nothing.
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib", str(lib),
+                         "--dry-run", "--", "srun", "-n", "2", "./app"], text=True, capture_output=True, cwd=ROOT,
+                        timeout=60, env=env)
+    assert cp.returncode == 0 and cp.stdout.startswith("srun --export=ALL,LD_PRELOAD="), cp.stdout + cp.stderr
+    assert "GRIDSPLIT_SPLIT=policy ./app" in cp.stdout.replace("-n 2 ", "")
+
+
+# ---------------------------------------------------------------------------
+# A real lab's hosts over ssh
+# ---------------------------------------------------------------------------
+
+HOSTS = {"east-1": "10.71.1.1", "west-1": "10.71.2.1", "east-gw": "10.71.1.254", "west-gw": "10.71.2.254"}
+
+
+@pytest.fixture(scope="module")
+def sshd_lab(lab, tmp_path_factory):
+    """The mini lab with an ssh server on one node per site and on both gateways. Stopped by PID."""
+    needs_root()
+    tmp = tmp_path_factory.mktemp("sshd")
+    key = tmp / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    home = tmp / "home"
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(parents=True, mode=0o700)
+    home.chmod(0o700)
+    (ssh_dir / "authorized_keys").write_text((tmp / "id_ed25519.pub").read_text())
+    # The MPI launcher's own ssh between the hosts: this key, no host key prompts.
+    (ssh_dir / "id_ed25519").write_bytes(key.read_bytes())
+    (ssh_dir / "config").write_text("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nLogLevel ERROR\n"
+                                    "BatchMode yes\n")
+    for f in ssh_dir.iterdir():
+        f.chmod(0o600)
+    procs, logs = [], []
+    try:
+        for host, addr in HOSTS.items():
+            hostkey = tmp / f"{host}.key"
+            subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(hostkey)], check=True, capture_output=True)
+            script = ('mount --bind "$1" /root && hostname "$5" && '
+                      'exec dropbear -F -E -s -m -p "$2:22" -r "$3" -P "$4"')
+            logs.append((tmp / f"{host}.log").open("w"))
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", f"{PREFIX}-{host}", "unshare", "--mount", "--uts", "--propagation", "private",
+                 "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp / f"{host}.pid"), host],
+                stdout=subprocess.DEVNULL, stderr=logs[-1]))
+            for _ in range(50):
+                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", "sport = :22"],
+                                    capture_output=True, text=True).stdout
+                if addr in ss:
+                    break
+                assert procs[-1].poll() is None, (tmp / f"{host}.log").read_text()
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"dropbear did not listen on {addr}:22: {(tmp / f'{host}.log').read_text()}")
+        yield key
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+
+
+def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"]) -> Path:
+    from gridsplit.lab.names import LabNames
+    state_dir = LabNames.from_env().state_dir
+    f = tmp_path / "hosts.toml"
+    f.write_text(
+        'topology = "mini"\n'
+        f'[ssh]\ncommand = ["ip", "netns", "exec", "{PREFIX}-east-1", "ssh"]\nuser = "root"\nconnect_timeout = 3\n'
+        f'options = ["-i", "{key}", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", '
+        '"-o", "LogLevel=ERROR"]\n'
+        '[mpi]\nimpl = ["openmpi"]\nopenmpi = "mpirun.openmpi"\ntcp_if_include = "10.71.0.0/16"\n'
+        f'nodes_config = "{state_dir / "nodes.conf"}"\n'
+        f'[[site]]\nname = "east"\nhosts = ["{east}"]\ngateway = "{HOSTS["east-gw"]}"\n'
+        f'[[site]]\nname = "west"\nhosts = ["{HOSTS["west-1"]}"]\ngateway = "{HOSTS["west-gw"]}"\n')
+    return f
+
+
+@pytest.mark.lab
+def test_gather_on_hosts_over_ssh_direct_and_split(sshd_lab, tmp_path):
+    out = tmp_path / "g.jsonl"
+    cp = gridsplit("bench", "gather", "--hosts", str(hosts_file(tmp_path, sshd_lab)), "--nodes", "1",
+                   "--sizes", "100K", "--reps", "5", "--budget", "0", "--rank-env", "OMPI_MCA_mpi_yield_when_idle=1",
+                   "--out", str(out), "--no-report", timeout=300)
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    meta, points = rows[0], [r for r in rows if r["kind"] == "point"]
+    assert [r["mode"] for r in points] == ["direct", "split"], cp.stdout
+    # The machine facts of every host, read over ssh: each namespace has its own name here.
+    facts = meta["hosts"]["facts"]
+    assert {facts[a]["hostname"] for a in HOSTS.values()} == set(HOSTS)
+    assert all(facts[a]["cores"] and facts[a]["kernel"] for a in HOSTS.values())
+    assert {s: g["gateway"] for s, g in meta["hosts"]["gateways"].items()} == {"east": HOSTS["east-gw"],
+                                                                               "west": HOSTS["west-gw"]}
+    assert meta["topology_spec"] == "mini" and meta["hosts"]["file"].endswith("hosts.toml")
+    for r in points:
+        assert r["reps"] == 5 and r["total_s"] > 0 and r["nodes"] == 1 and r["ranks"] == 2
+        assert r["counters"]["attribution"] == "role" and set(r["counters"]["by_host"]) <= set(HOSTS.values())
+        assert "drops" not in r and r["bound_per_rep_s"] > 0.01
+    direct, split = points
+    # Split mode went through the gateways (the ranks loaded the library over ssh): they sent
+    # the 100 KB messages on, and gridsplitd's CPU was read on each gateway host.
+    sent = {m: sum(r["counters"]["by_host"].get(HOSTS[g], {}).get("OutSegs", 0) for g in ("east-gw", "west-gw"))
+            for m, r in (("direct", direct), ("split", split))}
+    assert sent["split"] > 5 * 100e3 / 1448 and sent["direct"] < sent["split"] / 10, sent
+    assert set(split["cpu"]["gateways"]) == {"east", "west"} and split["cpu"]["gateways"]["east"]["cpu_s"] > 0
+    assert split["variant"]["strategy"] and direct["variant"] is None
+
+
+@pytest.mark.lab
+def test_host_that_does_not_answer_ssh_is_one_line(sshd_lab, tmp_path):
+    # 10.71.1.77 is no host of the lab: ssh gives up after ConnectTimeout (3 s), never hangs.
+    t0 = time.monotonic()
+    cp = gridsplit("bench", "gather", "--hosts", str(hosts_file(tmp_path, sshd_lab, east="10.71.1.77")),
+                   "--nodes", "1", "--sizes", "1K", "--out", str(tmp_path / "x.jsonl"), check=False, timeout=60)
+    one_line_error(cp, "10.71.1.77 (site east) does not answer ssh")
+    assert time.monotonic() - t0 < 20
