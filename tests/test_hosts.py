@@ -214,3 +214,25 @@ def test_host_that_does_not_answer_ssh_is_one_line(sshd_lab, tmp_path):
                    "--nodes", "1", "--sizes", "1K", "--out", str(tmp_path / "x.jsonl"), check=False, timeout=60)
     one_line_error(cp, "10.71.1.77 (site east) does not answer ssh")
     assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.lab
+def test_app_on_hosts_over_ssh(sshd_lab, tmp_path):
+    # A user's command, its ranks in a directory of the run's own on each host (copied there
+    # and back over ssh), the rank wrapper's CPU records among what comes back.
+    toy = ROOT / "build" / "mpi" / "openmpi" / "apptoy"
+    if not toy.exists():
+        pytest.skip("mpi/apptoy not built (make build)")
+    out = tmp_path / "app.jsonl"
+    gridsplit("bench", "app", "--hosts", str(hosts_file(tmp_path, sshd_lab)), "-k", "1", "-n", "2",
+              "--time-pattern", r"apptoy: time ([0-9.]+) s", "--pass-pattern", r"apptoy: check PASSED",
+              "--out", str(out), "--no-report", "--", str(toy), "-r", "3", timeout=240)
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    assert rows[0]["hosts"]["facts"][HOSTS["west-1"]]["hostname"] == "west-1"
+    apps = [r for r in rows if r["kind"] == "app"]
+    assert [r["mode"] for r in apps] == ["direct", "split"]
+    for r in apps:
+        assert r["status"] == "ok" and r["verified"] is True, r["output_tail"]
+        assert r["placement"]["observed"] == {"0": "east-1", "1": "west-1"}
+        assert len(r["cpu"]["ranks"]["per_rank"]) == 2
+    assert set(apps[1]["cpu"]["gateways"]) == {"east", "west"}

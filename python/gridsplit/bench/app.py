@@ -16,7 +16,6 @@ the HTML report take medians and min-max of the per-round split/direct ratios.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -24,26 +23,24 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 from rich.console import Console
 
 from .. import machine, sysdeps
 from ..errors import GridsplitError
-from ..lab import realize
-from ..lab.mpi import IMPLS, RANK_ENV, TIMED_OUT, mpirun, split_env
-from ..lab.names import LabNames
-from ..lab.sh import list_netns
-from ..topology import Host, Topology
+from ..inventory import Inventory
+from ..lab.mpi import IMPLS, TIMED_OUT
+from ..topology import Host, Topology, load_topology
 from . import options as O
 from .appresults import build_app_report, render_app_summary, summarize_apps
 from .apppresets import DATA, PRESETS, App, check_built_for, preset_names
-from .measure import Probe, gw_cpu, tracers
+from .grid import lab_grid
+from .hosts import check_impls, hosts_grid, hosts_topology
+from .measure import gw_cpu
 from .results import SCHEMA
-from .grid import ensure_lab
 
 MODES = ("direct", "split")
 PLACEMENTS = ("round-robin", "block")
@@ -53,27 +50,31 @@ RANKCPU = DATA / "rankcpu.py"
 # -- placement ----------------------------------------------------------------------
 
 def place(topo: Topology, ranks: int, rule: str, hosts: list[str] | None) -> list[Host]:
-    """The lab hosts in rank order. Both launchers map rank i to the i-th host of the list,
-    cycling when there are more ranks than hosts, so the list is the placement.
+    """The lab hosts of `topo` in rank order (place_on)."""
+    return place_on([s.name for s in topo.sites], list(topo.nodes()), f"the lab ({topo.name})", ranks, rule, hosts)
 
-    round-robin: one node of each site in turn (sites in the topology's order);
+
+def place_on(sites: list[str], nodes: list, where: str, ranks: int, rule: str, hosts: list[str] | None) -> list:
+    """The hosts in rank order, among a grid's `nodes` (lab Hosts or real hosts, in the order of
+    `sites`). Both launchers map rank i to the i-th host of the list, cycling when there are
+    more ranks than hosts, so the list is the placement.
+
+    round-robin: one node of each site in turn (sites in the grid's order);
     block: the ranks cut into one block per site, as even as the sites' nodes allow;
     hosts: the nodes named, in order.
     """
-    nodes = list(topo.nodes())
     by_name = {h.name: h for h in nodes}
     if hosts:
         bad = [h for h in hosts if h not in by_name]
         if bad:
-            raise GridsplitError(f"--hosts: {', '.join(bad)} not a node of the lab ({topo.name}: "
-                                 f"{', '.join(by_name)})")
+            raise GridsplitError(f"--hosts: {', '.join(bad)} not a node of {where}: {', '.join(by_name)}")
         if len(set(hosts)) != len(hosts):
             raise GridsplitError("--hosts: name each node once; ranks beyond the list go round it again")
         return [by_name[h] for h in hosts]
-    per_site = [[h for h in nodes if h.site == s.name] for s in topo.sites]
-    per_site = [s for s in per_site if s]
+    per_site = [[h for h in nodes if h.site == s] for s in sites]
+    per_site = [x for x in per_site if x]
     if len(per_site) < 2:
-        raise GridsplitError(f"topology {topo.name!r} has nodes on one site; bench app spreads ranks over sites")
+        raise GridsplitError(f"{where} has nodes on one site; bench app spreads ranks over sites")
     n = min(ranks, len(nodes))
     if rule == "round-robin":
         out, i = [], 0
@@ -150,17 +151,6 @@ def _last_line(text: str) -> str:
 
 # -- one run ----------------------------------------------------------------------------
 
-@contextmanager
-def _in_dir(d: Path) -> Iterator[None]:
-    """The launchers start every rank in their own working directory: the run's."""
-    old = os.getcwd()
-    os.chdir(d)
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
 def rank_cpu(cpu_dir: Path) -> list[dict[str, Any]]:
     recs = []
     for p in cpu_dir.glob("rank-*.json"):
@@ -184,30 +174,30 @@ def cpu_row(ranks: list[dict[str, Any]], gws: dict[str, float], softirq: dict[st
             "gateways": {s: gw_cpu(v, None if softirq is None else softirq.get(s, 0.0), wall) for s, v in gws.items()}}
 
 
-def run_one(state: realize.LabState, trace, sirq, app: App, impl: str, mode: str, repeat: int, order: int,
-            hosts: list[Host], ranks: int, rule: str, timeout: float, patterns: dict[str, re.Pattern | None],
+def run_one(grid, app: App, impl: str, mode: str, repeat: int, order: int,
+            hosts: list, ranks: int, rule: str, timeout: float, patterns: dict[str, re.Pattern | None],
             con: Console) -> dict[str, Any]:
-    topo = state.topo
+    """One run of `app` on `grid` (the lab, grid.LabGrid, or real hosts, hosts.HostsGrid): its row."""
+    topo = grid.topo
     sites = {h.site for h in hosts}
-    gws = [h for h in topo.hosts() if h.role == "gateway" and h.site in sites]
+    gws = grid.gateways(sites)
     watched = {h.name: h for h in [*hosts, *gws]}
-    env = {**dict(app.env), **(split_env(state) if mode == "split" else {})}
+    env = {**dict(app.env), **(grid.split_env() if mode == "split" else {})}
     work = Path(tempfile.mkdtemp(prefix=f"gridsplit-app-{app.name}-"))
     try:
         cpu_dir = work / ".rankcpu"
         cpu_dir.mkdir()
         for f in app.files:
             shutil.copy(f, work / f.name)
-        prog = [sys.executable, str(RANKCPU), str(cpu_dir), *app.argv]
-        probe = Probe(state, watched, trace, sirq if mode == "split" else None)
-        probe.start()
-        t0 = time.monotonic()
-        # A preset runs in a directory of its own (its inputs, its output files); a user's command where it was given.
-        with _in_dir(work if app.files or app.output_file or app.collect else Path.cwd()):
-            cp = mpirun(state, impl, ranks, hosts, prog, env=env, capture=True, timeout=timeout, keep_partial=True,
-                        on_result=probe.at_result)
-        wall = time.monotonic() - t0
-        probe.stop()
+        # A preset runs in a directory of its own (its inputs, its output files); a user's command where it was
+        # given (in the lab; on real hosts, in a directory of its own on each rank's host).
+        with grid.app_dir(work, hosts[:ranks], bool(app.files or app.output_file or app.collect), RANKCPU) as (wdir, wrap):
+            probe = grid.probe(watched, mode)
+            probe.start()
+            t0 = time.monotonic()
+            cp = grid.mpirun(impl, hosts, [*wrap, *app.argv], env, timeout, probe.at_result, n=ranks, wdir=wdir)
+            wall = time.monotonic() - t0
+            probe.stop()
         text = (cp.stdout or "") + "\n" + (cp.stderr or "")
         if app.output_file and (work / app.output_file).exists():
             text += "\n" + (work / app.output_file).read_text(errors="replace")
@@ -265,40 +255,39 @@ def check_patterns(row: dict[str, Any], app: App, patterns: dict[str, re.Pattern
 
 def bench_app(apps: list[tuple[App, list[str]]], topology: str, scale: float | None, repeat: int, ranks: int | None,
               rule: str, hosts: list[str] | None, timeout: float | None, modes: list[str], out: Path,
-              con: Console, requested: dict[str, Any]) -> list[dict[str, Any]]:
-    sysdeps.need_root("gridsplit bench app")
-    names = LabNames.from_env()
-    state = ensure_lab(names, topology, None, scale, con)
-    if "split" in modes and not state.data.get("gateways"):
-        raise GridsplitError("split mode needs gateways, and this lab has none running")
-    if "direct" in modes and not state.topo.routed:
-        raise GridsplitError(f"direct mode cannot run on topology {state.topo.name!r}: its sites are unroutable "
+              con: Console, requested: dict[str, Any], inventory: Inventory | None = None) -> list[dict[str, Any]]:
+    if inventory is None:
+        sysdeps.need_root("gridsplit bench app")
+        topo = load_topology(topology, None, scale)
+        opened = lab_grid(topology, scale, None, set(modes), con)
+    else:
+        topo = load_topology(topology)
+        opened = hosts_grid(inventory, set(modes), con)
+    if "direct" in modes and not topo.routed:
+        raise GridsplitError(f"direct mode cannot run on topology {topo.name!r}: its sites are unroutable "
                              "([addressing] routed = false); use --modes split")
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     checked: set[str] = set()
-    with tracers(names, "split" in modes, con) as (trace, sirq), out.open("a") as f:
+    with opened as grid, out.open("a") as f:
         f.write(json.dumps({
-            "kind": "meta", "schema": SCHEMA, "op": "app", "topology_spec": topology,
-            "topology": state.topo.to_dict(),
-            "lab": {"prefix": state.data.get("prefix"), "nodes": state.data.get("nodes"), **state.emulation},
+            "kind": "meta", "schema": SCHEMA, "op": "app", "topology_spec": topology, **grid.meta(),
             "machine": machine.facts(), "command": sys.argv, "requested": requested,
-            "rank_env": {i: RANK_ENV.get(i, {}) for i in IMPLS},
-            "other_labs": sorted({ns.split("-")[0] for ns in list_netns() if not names.owns_ns(ns)}),
+            "rank_env": {i: grid.rank_env.get(i, {}) for i in IMPLS},
         }) + "\n")
         f.flush()
         for k in range(repeat):
             order = list(modes) if k % 2 == 0 else list(reversed(modes))
             for app, impl in [(a, i) for a, ai in apps for i in ai]:
                 n = ranks or app.ranks
-                placed = place(state.topo, n, rule, hosts)
+                placed = place_on(grid.sites, grid.nodes, grid.where, n, rule, hosts)
                 patterns = {"time": compile_pattern("--time-pattern", app.time_pattern),
                             "pass": compile_pattern("--pass-pattern", app.pass_pattern),
                             "same": compile_pattern("--same-pattern", app.same_pattern)}
                 for j, mode in enumerate(order):
                     con.print(f"[dim]·[/dim] round {k + 1}/{repeat}: {app.name} {impl} {mode}, {n} ranks on "
                               f"{', '.join(h.name for h in placed[:n])}")
-                    row = run_one(state, trace, sirq, app, impl, mode, k, j, placed, n, rule,
+                    row = run_one(grid, app, impl, mode, k, j, placed, n, rule,
                                   timeout or app.timeout, patterns, con)
                     if row["status"] == "ok" and app.name not in checked:
                         check_patterns(row, app, patterns, _last_line("\n".join(row["output_tail"])))
@@ -336,14 +325,16 @@ def _interrupt(signum, frame):
 @click.option("--topology", "-t", default="paper", show_default=True, metavar="NAME|FILE",
               help="Preset or topology file; the lab is brought up (or reused) for it.")
 @click.option("--scale", type=float, default=None, help="Override the topology's rate scale (see `lab up --scale`).")
-@click.option("--impl", "impls", default="openmpi", show_default=True, callback=O.csv(O.choice_list(IMPLS)),
-              help="MPI implementation(s): mpich, openmpi or both; an app runs with the ones it is built for.")
+@click.option("--impl", "impls", default=None, callback=O.csv(O.choice_list(IMPLS)),
+              help="MPI implementation(s): mpich, openmpi or both; an app runs with the ones it is built for "
+                   "[lab: openmpi; --hosts FILE: the hosts file's [mpi] impl].")
 @click.option("--ranks", "-n", type=click.IntRange(2, 64), default=None,
               help="Number of ranks (default: the preset's, 4; or one per --hosts entry).")
 @click.option("--placement", type=click.Choice(PLACEMENTS), default="round-robin", show_default=True,
               help="Ranks over the sites: one node of each site in turn, or one block per site.")
-@click.option("--hosts", default=None, callback=O.csv(str), metavar="NODE,NODE,...",
-              help="Explicit placement: rank i on the i-th node named (cycling if there are more ranks).")
+@click.option("--hosts", default=None, metavar="FILE|NODE,NODE,...",
+              help="A hosts file (TOML, ending in .toml: run on those real hosts over ssh, docs/bench.md), or in "
+                   "the lab an explicit placement: rank i on the i-th node named (cycling if there are more ranks).")
 @click.option("--repeat", "-k", default=3, show_default=True, type=click.IntRange(1, 100),
               help="Rounds; each runs direct and split, the order alternating from round to round.")
 @click.option("--modes", default="direct,split", show_default=True, callback=O.csv(O.choice_list(MODES)))
@@ -364,7 +355,8 @@ def _interrupt(signum, frame):
 @click.option("--report/--no-report", "make_report", default=True, show_default=True,
               help="Write the HTML report next to the result file at the end.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repeat, modes, timeout, time_pattern,
+@click.pass_context
+def app_cmd(ctx, preset, name, topology, scale, impls, ranks, placement, hosts, repeat, modes, timeout, time_pattern,
             pass_pattern, same_pattern, mpi4py_tests, prepare, out, make_report, cmd):
     """Run an MPI application direct and split, side by side, in interleaved rounds.
 
@@ -379,6 +371,12 @@ def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repea
     """
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     signal.signal(signal.SIGTERM, _interrupt)
+    inventory = O.inventory_for(ctx, hosts) if hosts and hosts.endswith(".toml") else None
+    if inventory is None:
+        hosts = O.csv(str)(ctx, None, hosts)
+        impls = impls or ["openmpi"]
+    else:
+        hosts, topology, impls = None, hosts_topology(inventory), check_impls(inventory, impls)
     cmd = list(cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -392,15 +390,16 @@ def app_cmd(preset, name, topology, scale, impls, ranks, placement, hosts, repea
         con.print(f"ready: {', '.join(sorted({a.name + ' (' + i + ')' for a, ai in apps for i in ai}))}")
         return
     if out is None:
-        out = Path("gridsplit-out/bench") / f"{time.strftime('%Y-%m-%d-%H%M%S')}-{Path(topology).stem}-app.jsonl"
+        out = Path("gridsplit-out/bench") / (f"{time.strftime('%Y-%m-%d-%H%M%S')}-{Path(topology).stem}"
+                                             f"{'-hosts' if inventory else ''}-app.jsonl")
     if out.exists():
         raise GridsplitError(f"{out} exists; give another --out (app runs are not resumed)")
     requested = {"preset": preset, "command": cmd, "impls": impls, "ranks": ranks, "placement": placement,
-                 "hosts": hosts, "repeat": repeat, "modes": modes, "timeout_s": timeout,
+                 "hosts": hosts, "hosts_file": inventory and str(inventory.path), "repeat": repeat, "modes": modes, "timeout_s": timeout,
                  "time_pattern": time_pattern, "pass_pattern": pass_pattern, "same_pattern": same_pattern,
                  "mpi4py_tests": mpi4py_tests}
     n = ranks or (len(hosts) if hosts else None)
-    rows = bench_app(apps, topology, scale, repeat, n, placement, hosts, timeout, modes, out, con, requested)
+    rows = bench_app(apps, topology, scale, repeat, n, placement, hosts, timeout, modes, out, con, requested, inventory)
     summary = summarize_apps(rows)
     render_app_summary(summary, con, f"bench app: split vs direct, medians over rounds ({out})")
     con.print(f"results: {out}")

@@ -10,9 +10,12 @@ gateways for another variant) and `meta()` (what the result file's meta row reco
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -60,9 +63,23 @@ class LabGrid:
         return Probe(self.state, watched, self.trace, self.sirq if mode == "split" else None)
 
     def mpirun(self, impl: str, hosts: list[Host], prog: list[str], env: dict[str, str], timeout: float,
-               on_result: Callable[[], None] | None, expect_lines: int = 0) -> subprocess.CompletedProcess:
-        return mpirun(self.state, impl, len(hosts), hosts, prog, env=env, capture=True, timeout=timeout,
+               on_result: Callable[[], None] | None, expect_lines: int = 0, n: int | None = None,
+               wdir: str | None = None) -> subprocess.CompletedProcess:
+        """One job, rank i on hosts[i % len(hosts)] (n ranks, default one per host); the lab's
+        ranks start in this process's directory (app_dir), so `wdir` is not needed here."""
+        return mpirun(self.state, impl, n or len(hosts), hosts, prog, env=env, capture=True, timeout=timeout,
                       keep_partial=True, expect_lines=expect_lines, on_result=on_result)
+
+    @contextmanager
+    def app_dir(self, work: Path, hosts: list[Host], in_work: bool, wrapper: Path) -> Iterator[tuple[None, list[str]]]:
+        """Where an app's ranks run (`work` when `in_work`, else here) and the rank wrapper's command
+        prefix, writing each rank's CPU into work/.rankcpu (one filesystem: nothing to copy)."""
+        old = os.getcwd()
+        os.chdir(work if in_work else old)
+        try:
+            yield None, [sys.executable, str(wrapper), str(work / ".rankcpu")]
+        finally:
+            os.chdir(old)
 
     def prepare(self, p: Point, say: Callable[[str], None]) -> None:
         """Restart the gateways when a split point wants other settings than they run with."""

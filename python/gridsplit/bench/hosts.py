@@ -26,14 +26,18 @@ the physics of the bound). This module offers the lab grid's interface
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -279,6 +283,13 @@ class RemoteProbe:
         return {}
 
 
+def _tar_of(d: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        t.add(d, arcname=".")
+    return buf.getvalue()
+
+
 # -- the job -------------------------------------------------------------------------------
 
 # Runs the launcher on its host and stops it when the ssh session that started it
@@ -288,22 +299,26 @@ WATCHED = ('exec 3<&0; "$@" </dev/null & p=$!; '
            '>/dev/null 2>&1 & w=$!; exec 3<&-; wait $p; rc=$?; kill $w 2>/dev/null; exit $rc')
 
 
-def job_argv(inv: Inventory, impl: str, hosts: list[RemoteHost], prog: list[str], env: dict[str, str]) -> list[str]:
-    """The launcher command line run on the first rank's host: rank i on hosts[i]; `env` to the ranks only."""
+def job_argv(inv: Inventory, impl: str, hosts: list[RemoteHost], prog: list[str], env: dict[str, str],
+             n: int, wdir: str | None = None) -> list[str]:
+    """The launcher command line run on the first rank's host: rank i on hosts[i % len(hosts)], started
+    in `wdir`; `env` to the ranks only."""
     names = ",".join(h.ep.address for h in hosts)
     m = inv.mpi
     launcher = m.launchers[impl]
     if impl == "openmpi":
         ifs = ["--mca", "btl_tcp_if_include", m.tcp_if_include, "--mca", "oob_tcp_if_include", m.tcp_if_include] \
             if m.tcp_if_include else []
-        return [launcher, "--allow-run-as-root", "--map-by", "node", "--host", names, "-n", str(len(hosts)),
+        return [launcher, "--allow-run-as-root", "--map-by", "node", "--host", names, "-n", str(n),
+                *(["--oversubscribe"] if n > len(hosts) else []), *(["--wdir", wdir] if wdir else []),
                 "--mca", "plm_rsh_agent", shlex.join(m.rsh), "--mca", "plm_rsh_no_tree_spawn", "1",
                 "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", *ifs,
                 *rank_env_args("openmpi", env), *prog]
     if len(m.rsh) > 1:
         raise GridsplitError(f"{inv.path}: mpi.rsh {list(m.rsh)}: MPICH's hydra runs one program as its ssh "
                              "(-launcher-exec): put the options in ~/.ssh/config on the hosts, or in a script")
-    return [launcher, "-launcher", "ssh", "-launcher-exec", m.rsh[0], "-hosts", names, "-n", str(len(hosts)),
+    return [launcher, "-launcher", "ssh", "-launcher-exec", m.rsh[0], "-hosts", names, "-n", str(n),
+            *(["-wdir", wdir] if wdir else []),
             *rank_env_args("mpich", env), *prog]
 
 
@@ -344,8 +359,11 @@ class HostsGrid:
         return RemoteProbe(self.inv, watched)
 
     def mpirun(self, impl: str, hosts: list[RemoteHost], prog: list[str], env: dict[str, str], timeout: float,
-               on_result: Callable[[], None] | None, expect_lines: int = 0) -> subprocess.CompletedProcess:
-        job = ["sh", "-c", WATCHED, "sh", *job_argv(self.inv, impl, hosts, prog, env)]
+               on_result: Callable[[], None] | None, expect_lines: int = 0, n: int | None = None,
+               wdir: str | None = None) -> subprocess.CompletedProcess:
+        """One job launched on hosts[0], rank i on hosts[i % len(hosts)] (n ranks, default one per host),
+        started in `wdir` on every host."""
+        job = ["sh", "-c", WATCHED, "sh", *job_argv(self.inv, impl, hosts, prog, env, n or len(hosts), wdir)]
         argv = self.inv.runner.argv(hosts[0].ep, job, timeout)
         cp = watch(argv, None, shlex.join(prog), capture=True, timeout=timeout + self.inv.runner.connect_timeout + 5,
                    keep_partial=True, expect_lines=expect_lines, on_result=on_result, stdin_pipe=True)
@@ -353,6 +371,40 @@ class HostsGrid:
         if cp.returncode == 255 and reason:
             raise GridsplitError(f"{hosts[0].name} (site {hosts[0].site}): cannot launch the job: {reason}")
         return cp
+
+    @contextmanager
+    def app_dir(self, work: Path, hosts: list[RemoteHost], in_work: bool,
+                wrapper: Path) -> Iterator[tuple[str, list[str]]]:
+        """A directory of the run's own on every rank's host (WORK-remote, the same path on each):
+        `work` (the app's inputs, and the rank wrapper) copied there over ssh; after the job, what
+        the ranks wrote there is copied back into `work` (host by host) and the directory removed."""
+        rdir = f"{work}-remote"
+        shutil.copy(wrapper, work / ".rankcpu.py")
+        uniq = list({h.name: h for h in hosts}.values())
+        shipped = []
+        try:
+            for h in uniq:
+                self._tar(h, f"mkdir -p {shlex.quote(rdir)} && tar -C {shlex.quote(rdir)} -xf -", _tar_of(work))
+                shipped.append(h)
+            yield rdir, ["python3", f"{rdir}/.rankcpu.py", f"{rdir}/.rankcpu"]
+            # All hosts first, then the removal: on a shared filesystem the directory is one.
+            for h in shipped:
+                with tarfile.open(fileobj=io.BytesIO(self._tar(h, f"tar -C {shlex.quote(rdir)} -cf - .", b""))) as t:
+                    t.extractall(work, filter="data")
+        finally:
+            for h in shipped:
+                self.inv.runner.run(h.ep, ["rm", "-rf", rdir], timeout=60)
+
+    def _tar(self, h: RemoteHost, script: str, data: bytes) -> bytes:
+        argv = self.inv.runner.argv(h.ep, ["sh", "-c", script], 120)
+        try:
+            cp = subprocess.run(argv, input=data, capture_output=True, timeout=130)
+        except subprocess.TimeoutExpired:
+            raise GridsplitError(f"{h.name} (site {h.site}): copying the run's directory took over 120 s") from None
+        if cp.returncode != 0:
+            why = (cp.stderr.decode(errors="replace").strip().splitlines() or [f"exit {cp.returncode}"])[-1]
+            raise GridsplitError(f"{h.name} (site {h.site}): cannot copy the run's directory over ssh: {why}")
+        return cp.stdout
 
     def prepare(self, p: Point, say: Callable[[str], None]) -> None:
         pass  # the gateways run their own config (check_fixed_variant)
