@@ -101,6 +101,73 @@ def test_run_gives_srun_tasks_the_library_not_srun(tmp_path):
     assert "GRIDSPLIT_SPLIT=policy ./app" in cp.stdout.replace("-n 2 ", "")
 
 
+@pytest.fixture()
+def slurm(tmp_path):
+    """A one-node Slurm (munged, slurmctld, slurmd) of this test's own: its config, munge socket,
+    state and free loopback ports under tmp_path, found by SLURM_CONF. Stopped by PID."""
+    import shutil
+    import socket
+    if os.geteuid() != 0 or not all(shutil.which(x) for x in ("munged", "slurmctld", "slurmd", "srun")):
+        pytest.skip("a real Slurm needs root and Debian's slurm-wlm (the srun command line is tested without it)")
+    d = tmp_path / "slurm"
+    (d / "munge").mkdir(parents=True, mode=0o700)
+    key = d / "munge" / "key"
+    key.write_bytes(os.urandom(128))
+    key.chmod(0o600)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    host = socket.gethostname()
+    conf = d / "slurm.conf"
+    conf.write_text(
+        f"ClusterName=gsh\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={ports[0]}\nSlurmdPort={ports[1]}\n"
+        f"AuthType=auth/munge\nAuthInfo=socket={d}/munge/sock\nCredType=cred/munge\n"
+        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSelectType=select/cons_tres\n"
+        "SelectTypeParameters=CR_CPU\nSlurmUser=root\nSlurmdUser=root\nMpiDefault=none\nReturnToService=2\n"
+        "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+        f"StateSaveLocation={d}\nSlurmdSpoolDir={d}\nSlurmctldPidFile={d}/ctld.pid\nSlurmdPidFile={d}/d.pid\n"
+        f"SlurmctldLogFile={d}/ctld.log\nSlurmdLogFile={d}/d.log\n"
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN\n"
+        "PartitionName=t Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    pidfiles = [d / "d.pid", d / "ctld.pid", d / "munge" / "pid"]
+    try:
+        subprocess.run(["munged", "-f", "-S", f"{d}/munge/sock", f"--key-file={key}", f"--log-file={d}/munge/log",
+                        f"--pid-file={d}/munge/pid", f"--seed-file={d}/munge/seed"], check=True, timeout=30)
+        subprocess.run(["slurmctld", "-c"], env=env, check=True, timeout=30)
+        subprocess.run(["slurmd"], env=env, check=True, timeout=30)
+        for _ in range(120):
+            state = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, text=True, capture_output=True).stdout
+            if state.strip() == "idle":
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"slurmd did not come up: {(d / 'd.log').read_text()[-500:]}")
+        yield env
+    finally:
+        for f in pidfiles:
+            try:
+                os.kill(int(f.read_text()), 15)
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.5)
+
+
+def test_run_through_real_srun(slurm, tmp_path):
+    # The tasks get the library and the node file; the step daemon that starts them (and srun) does not.
+    conf = tmp_path / "nodes.conf"
+    conf.write_text("gridsplit-nodes 1\nsite a 10.99.1.0/24 10.99.1.254:7100\nsite b 10.99.2.0/24 10.99.2.254:7100\n")
+    show = ('echo "task $SLURM_PROCID ${LD_PRELOAD##*/} ${GRIDSPLIT_CONFIG##*/} $GRIDSPLIT_SPLIT '
+            'parent=$(tr "\\0" "\\n" < /proc/$PPID/environ | grep -c ^LD_PRELOAD=)"')
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--", "srun", "-n", "2",
+                         "--export=HOME,PATH", "sh", "-c", show], text=True, capture_output=True, cwd=ROOT,
+                        timeout=120, env=slurm)
+    assert sorted(cp.stdout.splitlines()) == [f"task {i} libgridsplit.so nodes.conf policy parent=0" for i in (0, 1)], \
+        cp.stdout + cp.stderr
+
+
 # ---------------------------------------------------------------------------
 # A real lab's hosts over ssh
 # ---------------------------------------------------------------------------
