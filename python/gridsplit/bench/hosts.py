@@ -324,7 +324,9 @@ def job_argv(inv: Inventory, impl: str, hosts: list[RemoteHost], prog: list[str]
 
 class HostsGrid:
     kind = "hosts"
-    rank_env: dict[str, dict[str, str]] = {}  # real hosts: only what --rank-env gives
+    # What every rank gets before --rank-env (recorded in the meta row): gridsplit steers TCP, so
+    # MPICH's UCX is held to it as Open MPI is by `--mca btl tcp,self` (job_argv).
+    rank_env: dict[str, dict[str, str]] = {"mpich": {"UCX_TLS": "tcp,self"}, "openmpi": {}}
 
     def __init__(self, inv: Inventory, topo: Topology, facts: dict[str, Any], gateways: dict[str, Any]):
         self.inv, self.topo, self.facts, self.gw_status = inv, topo, facts, gateways
@@ -363,6 +365,7 @@ class HostsGrid:
                wdir: str | None = None) -> subprocess.CompletedProcess:
         """One job launched on hosts[0], rank i on hosts[i % len(hosts)] (n ranks, default one per host),
         started in `wdir` on every host."""
+        env = {**self.rank_env.get(impl, {}), **env}
         job = ["sh", "-c", WATCHED, "sh", *job_argv(self.inv, impl, hosts, prog, env, n or len(hosts), wdir)]
         argv = self.inv.runner.argv(hosts[0].ep, job, timeout)
         cp = watch(argv, None, shlex.join(prog), capture=True, timeout=timeout + self.inv.runner.connect_timeout + 5,
@@ -423,9 +426,8 @@ def hosts_grid(inv: Inventory, modes: set[str], con: Console) -> Iterator[HostsG
     if unknown:
         raise GridsplitError(f"{inv.path}: site {unknown[0]} is not a site of topology {topo.name!r} "
                              f"({', '.join(t.name for t in topo.sites)}); name the sites as the topology does")
-    eps = [e for s in inv.sites for e in s.hosts]
-    if "split" in modes:
-        eps += [s.gateway for s in inv.sites if s.gateway]
+    # The gateways listed are watched in both modes (their counters), as the lab's are.
+    eps = [e for s in inv.sites for e in s.hosts] + [s.gateway for s in inv.sites if s.gateway]
     con.print(f"[dim]·[/dim] checking {len(eps)} hosts of {inv.path} over ssh")
     facts = dict(zip([e.name for e in eps], _parallel(lambda e: host_facts(inv, e), eps)))
     for e in eps:
