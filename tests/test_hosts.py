@@ -168,6 +168,28 @@ def test_run_through_real_srun(slurm, tmp_path):
         cp.stdout + cp.stderr
 
 
+def test_job_command_lines_give_the_split_env_to_ranks_only(tmp_path):
+    from gridsplit.bench.hosts import RemoteHost, job_argv
+    from gridsplit.inventory import load_inventory
+    f = tmp_path / "hosts.toml"
+    f.write_text(GOOD.replace("[ssh]", '[mpi]\nrsh = ["ssh", "-p", "2222"]\nmpich = "mpiexec.hydra"\n[ssh]'))
+    inv = load_inventory(str(f))
+    hosts = [RemoteHost(e.name, s.name, "node", e, 100.0) for s in inv.sites for e in s.hosts]
+    env = {"LD_PRELOAD": "/lib/gs.so", "GRIDSPLIT_CONFIG": "/etc/n.conf"}
+    ompi = job_argv(inv, "openmpi", hosts, ["/bin/prog", "-s", "1"], env, 3, "/tmp/w")
+    assert ompi[:6] == ["mpirun", "--allow-run-as-root", "--map-by", "node", "--host", "127.0.0.1,127.0.0.2"]
+    assert "--oversubscribe" in ompi and ompi[ompi.index("--wdir") + 1] == "/tmp/w"
+    assert ompi[ompi.index("plm_rsh_agent") + 1] == "ssh -p 2222"
+    assert ompi[-7:] == ["-x", "LD_PRELOAD=/lib/gs.so", "-x", "GRIDSPLIT_CONFIG=/etc/n.conf", "/bin/prog", "-s", "1"]
+    with pytest.raises(Exception, match="hydra runs one program as its ssh"):
+        job_argv(inv, "mpich", hosts, ["/bin/prog"], env, 2)
+    f.write_text(GOOD.replace("[ssh]", '[mpi]\nmpich = "mpiexec.hydra"\n[ssh]'))
+    inv = load_inventory(str(f))
+    assert job_argv(inv, "mpich", hosts, ["/bin/prog"], env, 2) == [
+        "mpiexec.hydra", "-launcher", "ssh", "-launcher-exec", "ssh", "-hosts", "127.0.0.1,127.0.0.2", "-n", "2",
+        "-genv", "LD_PRELOAD", "/lib/gs.so", "-genv", "GRIDSPLIT_CONFIG", "/etc/n.conf", "/bin/prog"]
+
+
 # ---------------------------------------------------------------------------
 # A real lab's hosts over ssh
 # ---------------------------------------------------------------------------
@@ -248,7 +270,8 @@ def test_gather_on_hosts_over_ssh_direct_and_split(sshd_lab, tmp_path):
     out = tmp_path / "g.jsonl"
     cp = gridsplit("bench", "gather", "--hosts", str(hosts_file(tmp_path, sshd_lab)), "--nodes", "1",
                    "--sizes", "1M", "--reps", "5", "--budget", "0", "--rank-env", "OMPI_MCA_mpi_yield_when_idle=1",
-                   "--out", str(out), "--no-report", timeout=300)
+                   "--out", str(out), timeout=300)
+    assert (tmp_path / "g" / "index.html").exists(), cp.stdout   # the report reads real-host rows too
     rows = [json.loads(l) for l in out.read_text().splitlines()]
     meta, points = rows[0], [r for r in rows if r["kind"] == "point"]
     assert [r["mode"] for r in points] == ["direct", "split"], cp.stdout
