@@ -249,9 +249,15 @@ class RemoteProbe:
         self._gw_after = {}
 
     def at_result(self) -> None:
+        # Called while the job may still run (lab.mpi.watch's on_result): a gateway that does not
+        # answer now loses its CPU figure, not the run; stop() says so if it stays silent.
+        def cpu(site: str) -> float | None:
+            try:
+                return self._read(self.gws[site], counters=False)[1]
+            except GridsplitError:
+                return None
         sites = list(self.gws)
-        cpu = _parallel(lambda s: self._read(self.gws[s], counters=False)[1], sites)
-        self._gw_after = dict(zip(sites, cpu))
+        self._gw_after = dict(zip(sites, _parallel(cpu, sites)))
 
     def stop(self) -> None:
         if not self._gw_after:
