@@ -30,12 +30,16 @@ KIND = "gridsplit-split-validation"
 VERSION = 1
 TARGET_RIGHT = 0.90       # decisions right in at least 90 % of cells
 TARGET_ERROR = 0.10       # median |predicted - measured| of split/direct
+# Grids the model's terms were not settled on, predicted before they were measured
+# (results/matrix/2026-11-26-holdout/README.md): in the default files, and scored apart as well.
+HELD_OUT = ("results/matrix/2026-11-26-holdout/gather.jsonl", "results/matrix/2026-11-26-holdout/alltoall.jsonl")
 # The committed measurements this validation reads by default (relative to the repository).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/bench/2026-11-26-paper-gather-check/gather.jsonl",
                  "results/matrix/2026-11-26-lossy-gather/gather.jsonl",
                  "results/matrix/2026-11-26-three-sites-alltoall/alltoall.jsonl",
                  "results/matrix/2026-11-26-three-sites-alltoall/alltoall-windows-fixed.jsonl",
+                 *HELD_OUT,
                  # `gridsplit bench app` runs: scored on the default policy's decision (appvalidate.py)
                  "results/app/2026-11-26-paper/paper-openmpi.jsonl",
                  "results/app/2026-11-26-paper/paper-mpich-mpi4py.jsonl")
@@ -158,11 +162,14 @@ def validate(files: list[Path], command: str, root: Path | None = None) -> dict[
             cells += file_cells(f, name)
     by_file = {f: score([c for c in cells if c["file"] == f]) for f in sorted({c["file"] for c in cells})}
     by_op = {op: score([c for c in cells if c["op"] == op]) for op in sorted({c["op"] for c in cells})}
+    held = [c for c in cells if c["file"] in HELD_OUT]
     return {"kind": KIND, "version": VERSION,
             "meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": machine.facts().get("git"),
                      "command": command, "files": names, "tolerance": TOLERANCE,
                      "decide_split_below": sm.DECIDE_BELOW},
             "overall": score(cells), "by_file": by_file, "by_op": by_op, "cells": cells,
+            **({"held_out": score(held), "fitted_on": score([c for c in cells if c["file"] not in HELD_OUT])}
+               if held else {}),
             "apps": {"score": appvalidate.score(apps), "cells": apps}}
 
 
@@ -186,6 +193,9 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     row = lambda name, s: (f"| {name} | {s['cells']} | {s['right']}/{s['cells']} = {_pct(s['decision_accuracy'])} | "
                            f"{s['median_abs_error']:.3f} | {s['p90_abs_error']:.3f} | {s['max_abs_error']:.3f} |")
     L.append(row("**all**", o))
+    if "held_out" in result:
+        L.append(row("fitted on (the terms were settled while scoring these)", result["fitted_on"]))
+        L.append(row("**held out** (predicted before measured)", result["held_out"]))
     for f, s in result["by_file"].items():
         L.append(row(f"`{f}`", s))
     for op, s in result["by_op"].items():
