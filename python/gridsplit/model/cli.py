@@ -401,9 +401,13 @@ def validate_split(files, out) -> None:
     outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-split"
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "validation.json").write_text(json.dumps(result, indent=1) + "\n")
-    (outdir / "summary.json").write_text(json.dumps(splitadvise.bands(result), indent=1) + "\n")
+    # summary.json (the bands `advise` quotes) needs predicted cells; app runs score decisions only.
+    written = ["validation.json", "README.md"]
+    if result["overall"]["cells"]:
+        (outdir / "summary.json").write_text(json.dumps(splitadvise.bands(result), indent=1) + "\n")
+        written.insert(1, "summary.json")
     lines = splitvalidate.report_lines(result)
     (outdir / "README.md").write_text("\n".join(lines) + "\n")
     for line in lines[:16]:
         _con().print(line, markup=False)
-    _con().print(f"results in {outdir}/ (validation.json, summary.json, README.md)")
+    _con().print(f"results in {outdir}/ ({', '.join(written)})")

@@ -42,7 +42,8 @@ DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  *HELD_OUT,
                  # `gridsplit bench app` runs: scored on the default policy's decision (appvalidate.py)
                  "results/app/2026-11-26-paper/paper-openmpi.jsonl",
-                 "results/app/2026-11-26-paper/paper-mpich-mpi4py.jsonl")
+                 "results/app/2026-11-26-paper/paper-mpich-mpi4py.jsonl",
+                 "results/app/2026-11-26-three-sites/three-openmpi.jsonl")
 # Gateways whose relayed flows' windows were not what the topology says, by the git of the run
 # (the file's meta row): 1a66518 never grew a flow's window past its initial 64 KiB
 # (results/matrix/2026-11-26-three-sites-alltoall/README.md). The model is given that window.
@@ -187,9 +188,12 @@ def report_lines(result: dict[str, Any]) -> list[str]:
          f"A decision is **split** when the predicted split/direct is below {m['decide_split_below']}; it is right "
          f"when it names the measured faster mode, or when the measured split/direct is within "
          f"{_pct(m['tolerance'])} of 1. Error: |predicted - measured| of split/direct (the bench's ratio, total "
-         f"time of side-by-side pairs, median over repeats).", "",
-         "| data | cells | decision right (target >= 90 %) | median abs error (target <= 0.10) | 90th pct | max |",
-         "|---|---:|---:|---:|---:|---:|"]
+         f"time of side-by-side pairs, median over repeats).", ""]
+    apps = appvalidate.report_lines(result.get("apps", {}).get("cells", []))
+    if not o["cells"]:
+        return L + ["No `gridsplit bench` sweep cells among the files: nothing predicted to score."] + apps
+    L += ["| data | cells | decision right (target >= 90 %) | median abs error (target <= 0.10) | 90th pct | max |",
+          "|---|---:|---:|---:|---:|---:|"]
     row = lambda name, s: (f"| {name} | {s['cells']} | {s['right']}/{s['cells']} = {_pct(s['decision_accuracy'])} | "
                            f"{s['median_abs_error']:.3f} | {s['p90_abs_error']:.3f} | {s['max_abs_error']:.3f} |")
     L.append(row("**all**", o))
@@ -210,4 +214,4 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         L.append(f"| {Path(c['file']).name} | {c['op']} | {c['impl']} | {c['nodes']} | {c['size']} | {c['variant']} | "
                  f"{c['measured_ratio']:.2f} ({c['measured_min']:.2f}-{c['measured_max']:.2f}) | {c['predicted_ratio']:.2f} | "
                  f"{'split' if c['split'] else 'direct'}{mark} | {c['error']:.2f} |")
-    return L + appvalidate.report_lines(result.get("apps", {}).get("cells", []))
+    return L + apps
