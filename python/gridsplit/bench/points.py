@@ -29,6 +29,9 @@ OPS = {
     "scatter": Op("coll", ("-o", "scatter")),
     "bcast": Op("coll", ("-o", "bcast")),
     "alltoall": Op("coll", ("-o", "alltoall")),
+    # ring neighbour exchange in rank order (root first, then the senders): a 1-D domain
+    # decomposition whose ring crosses each site boundary twice (mpi/README.md)
+    "halo": Op("coll", ("-o", "halo")),
     "pingpong": Op("pingpong", pair=True),
 }
 
