@@ -323,7 +323,7 @@ def make_command(op: str) -> click.Command:
     @click.option("--split", "splits", default="policy", show_default=True,
                   callback=O.csv(O.choice_list(("policy", "all"))),
                   help="Which cross-site connections split mode splits, to compare: policy (the topology's split "
-                       "policy: pairs whose gateways cannot carry what their nodes reach directly stay direct), "
+                       "policy: pairs where the split model predicts no gain, or a loss, stay direct), "
                        "all, or policy,all.")
     @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=O.rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "

@@ -257,8 +257,8 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 @click.option("--hosts", default=None, help="Comma-separated lab hosts, rank 0 on the first (default: every node).")
 @click.option("--split", "split", is_flag=False, flag_value="policy", default=None, type=click.Choice(["policy", "all"]),
               help="Through the site gateways (libgridsplit.so preloaded into the ranks): --split follows the "
-                   "topology's split policy (site pairs whose gateways cannot carry what their nodes reach "
-                   "directly stay direct), --split=all splits every cross-site connection.")
+                   "topology's split policy (site pairs where the split model predicts no gain, or a loss, stay "
+                   "direct: `gridsplit gateway config` says why per pair), --split=all splits every cross-site connection.")
 @click.option("--direct", "direct", is_flag=True, help="Node to node, no gateway (the default).")
 @click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
 @click.option("--poll", is_flag=True,
