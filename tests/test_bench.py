@@ -28,6 +28,7 @@ from gridsplit.lab.realize import load_state, tbf_line
 from gridsplit.lab import queues, softirq
 from gridsplit.lab.tcptrace import Trace, parse
 
+ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 
 
@@ -203,6 +204,31 @@ def test_report_renders_from_recorded_file(tmp_path):
     assert any(p.startswith("cpu-") for p in pngs)
     assert html.count("data:image/png;base64,") == len(pngs)
     assert str(tmp_path / "rep" / "index.html") in cp.stdout
+
+
+def test_report_of_several_grids_keeps_them_apart(tmp_path):
+    """Files of more than one topology make one matrix page: a heat map row per grid, cells that
+    never pool two grids' points, and files of one grid (gather and alltoall) pooled."""
+    m = ROOT / "results/matrix"
+    files = [m / "2026-11-26-holdout/gather.jsonl", m / "2026-11-26-holdout/alltoall.jsonl",
+             m / "2026-11-26-lossy-gather/gather.jsonl"]
+    gridsplit("report", *map(str, files), "--out", str(tmp_path / "rep"))
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "Split vs direct on 2 grids" in html and "holdout: 2 sites, RTT 16 ms, loss 0.01 %" in html
+    assert {p.name for p in (tmp_path / "rep").glob("*.png")} >= {"matrix-openmpi-fair-cubic.png", "matrix-mpich-fair-cubic.png"}
+    from gridsplit.bench.matrix import summarize_grids
+    cells = summarize_grids(files)
+    alone = summarize([r for r in read_rows(files[2]) if r.get("kind") == "point"])
+    lossy = [c for c in cells if c["grid"].startswith("lossy")]
+    assert [(c["op"], c["size_bytes"], c["ratio"]) for c in lossy] == [(c["op"], c["size_bytes"], c["ratio"]) for c in alone]
+    assert {c["op"] for c in cells if c["grid"].startswith("holdout")} == {"gather", "alltoall"}
+    # Two files naming one grid with different physics are refused in one line.
+    rows = [json.loads(l) for l in files[2].read_text().splitlines()]
+    rows[0]["topology"]["name"] = "holdout"
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cp = gridsplit("report", str(files[0]), str(other), "--out", str(tmp_path / "x"), check=False)
+    assert cp.returncode != 0 and "differs from another file's of the same name" in cp.stderr
 
 
 def test_report_says_which_queues_dropped_and_the_ratio_floor(tmp_path):

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..errors import GridsplitError
 from .appsummary import correctness, summarize_apps
-from .report import _png
+from . import page
 from .results import read_rows
 
 
@@ -83,7 +83,7 @@ def fig_times(rows: list[dict], summary: list[dict], outdir: Path) -> str:
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("time (s): median, min-max")
     ax.legend(fontsize=8)
-    return _png(fig, outdir, "app-times.png")
+    return page.png(fig, outdir, "app-times.png")
 
 
 def build_app_report(paths: list[Path], outdir: Path) -> Path:

@@ -10,21 +10,21 @@ are written beside the HTML and embedded in it, so the page can be mailed alone.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ..errors import GridsplitError
 from ..lab.check import LATE_FRACTION_MAX, STALL_US
 from ..lab.queues import fell_behind
+from . import page
+from .appresults import build_app_report, holds_app_runs
+from .matrix import build_matrix_report, grid_count
 from .results import HEADERS, frame_ceiling, median_of, read_rows, row_key, summarize, variant_tag
 from .units import fmt_size
 
@@ -68,17 +68,6 @@ def _variant(r: dict) -> str:
     """Plot and table label of a row's mode and gateway variant."""
     tag = variant_tag(r)
     return tag if tag == "direct" else f"split {tag}"
-
-
-def _png(fig, outdir: Path, name: str) -> str:
-    import matplotlib.pyplot as plt
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    data = buf.getvalue()
-    (outdir / name).write_bytes(data)
-    return f'<figure><img alt="{name}" src="data:image/png;base64,{base64.b64encode(data).decode()}"/>' \
-           f'<figcaption>{name}</figcaption></figure>'
 
 
 def _groups(points: list[dict]) -> dict[tuple, list[dict]]:
@@ -135,7 +124,7 @@ def fig_time(points: list[dict], outdir: Path) -> list[str]:
         axes.flat[0].legend(fontsize=7)
         fig.suptitle(f"{op}, {impl}: median per-operation time, band = min-max over repetitions")
         fig.tight_layout()
-        out.append(_png(fig, outdir, f"time-{op}-{impl}.png"))
+        out.append(page.png(fig, outdir, f"time-{op}-{impl}.png"))
     return out
 
 
@@ -166,7 +155,7 @@ def fig_heatmap(summary: list[dict], outdir: Path) -> list[str]:
         ax.set_ylabel("sender nodes")
         ax.set_title(f"{op}, {impl}, split ({var}) / direct time\n(< 1: splitting is faster)", fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8)
-        out.append(_png(fig, outdir, f"ratio-{op}-{impl}-{var.replace(':', '-')}.png"))
+        out.append(page.png(fig, outdir, f"ratio-{op}-{impl}-{var.replace(':', '-')}.png"))
     return out
 
 
@@ -213,7 +202,7 @@ def fig_cpu(points: list[dict], outdir: Path) -> list[str]:
             axes[2].legend(fontsize=6, loc="lower right")
         fig.suptitle(f"{op}, {impl}: process CPU during the measurement (MPI libraries poll while waiting)")
         fig.tight_layout()
-        out.append(_png(fig, outdir, f"cpu-{op}-{impl}.png"))
+        out.append(page.png(fig, outdir, f"cpu-{op}-{impl}.png"))
     return out
 
 
@@ -238,18 +227,11 @@ def fig_strategies(summary: list[dict], outdir: Path) -> list[str]:
         ax.set_title(f"{op}, {impl}: gateway variants (strategy, WAN congestion control, LAN tuning)")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
-        out.append(_png(fig, outdir, f"strategies-{op}-{impl}.png"))
+        out.append(page.png(fig, outdir, f"strategies-{op}-{impl}.png"))
     return out
 
 
 # -- tables ----------------------------------------------------------------------
-
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    h = "".join(f"<th>{html.escape(str(x))}</th>" for x in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, str) and c.startswith('<') else html.escape(str(c))}</td>"
-                                    for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{h}</tr>{body}</table>"
-
 
 def retrans_tables(points: list[dict]) -> str:
     """Alter and Glück Tables 1-2, our numbers beside MPI5000's (medians over repetitions, per 200 operations)."""
@@ -277,7 +259,7 @@ def retrans_tables(points: list[dict]) -> str:
             if seed:
                 headers.append("MPI5000 (Alter and Glück): direct distant / split local / split distant")
             parts.append(f"<h3>{title}, {op}, {impl} (per 200 operations, median over repetitions)</h3>"
-                         + _table(headers, rows))
+                         + page.table(headers, rows))
     return "".join(parts)
 
 
@@ -350,7 +332,7 @@ def _per_point_tables(rows: list[dict], cell, what: str) -> str:
             table.append([n, fmt_size(m)] + [cell([r for r in sel if (r["nodes"], r["size_bytes"]) == (n, m)
                                                    and _variant(r) == variant])
                                              for variant in ["direct", *split_vars[:1]]])
-        parts.append(f"<h3>{op}, {impl}</h3>" + _table(["nodes", "size", f"direct: {what}", f"split: {what}"], table))
+        parts.append(f"<h3>{op}, {impl}</h3>" + page.table(["nodes", "size", f"direct: {what}", f"split: {what}"], table))
     return "".join(parts)
 
 
@@ -413,7 +395,7 @@ def targets(summary: list[dict], points: list[dict]) -> tuple[str, list[dict]]:
             "For the time ratios, <i>floor</i> is direct mode's efficiency: split takes at least the physical "
             "bound, so split/direct cannot go below it, and a miss whose floor is above the target is out of "
             "any gateway's reach at that point.</p>"
-            + _table(["target", "verdict", "points", "worst point", "misses out of physical reach",
+            + page.table(["target", "verdict", "points", "worst point", "misses out of physical reach",
                       "misses (first 8)"], rows)), res
 
 
@@ -508,7 +490,7 @@ git {html.escape(str(mach.get('git', '?')))}, started {html.escape(str(mach.get(
 <p>Command: <code>{html.escape(' '.join(meta.get('command', [])))}</code></p>
 <ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
 <h2>Targets</h2>{tgt_html}
-<h2>Summary</h2>{_table(['op', 'impl', 'nodes', 'size', 'split variant', 'direct (s)', 'split (s)', 'split/direct (min-max)', 'repeats', 'WAN retrans direct → split', 'efficiency split'], sumrows)}
+<h2>Summary</h2>{page.table(['op', 'impl', 'nodes', 'size', 'split variant', 'direct (s)', 'split (s)', 'split/direct (min-max)', 'repeats', 'WAN retrans direct → split', 'efficiency split'], sumrows)}
 <h2>Figures</h2>{''.join(figs)}
 <h2>Retransmissions and timeouts (MPI5000, Alter and Glück, Tables 1-2)</h2>{retrans_tables(points)}
 <h2>Where packets were dropped</h2>
@@ -538,8 +520,9 @@ it with a full segment and an 88-byte one, and a window under one segment with t
               help="Directory for index.html and the PNGs (default: beside the first file, without .jsonl).")
 def report(results: tuple[Path, ...], out: Path | None) -> None:
     """Build an HTML report with PNG plots from `gridsplit bench` result files (JSONL)."""
-    from .appresults import build_app_report, holds_app_runs  # `bench app` files have their own page
     paths = list(results)
-    build = build_app_report if holds_app_runs(paths) else build_report
+    # `bench app` files have their own page, and so have the sweeps of several grids (matrix.py).
+    build = (build_app_report if holds_app_runs(paths)
+             else build_matrix_report if grid_count(paths) > 1 else build_report)
     path = build(paths, out or paths[0].with_suffix(""))
     click.echo(f"report: {path}")
