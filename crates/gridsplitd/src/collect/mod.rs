@@ -11,6 +11,7 @@
 //! GSo1 origin header, and relays.
 
 pub mod incast;
+pub mod mss;
 
 use bytes::Bytes;
 use std::net::{IpAddr, SocketAddr};
@@ -34,12 +35,32 @@ const REPLY_SLACK: Duration = Duration::from_secs(2);
 
 /// Accepts node connections on the LAN listener.
 pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    // The MSS offered to our nodes (collect/mss.rs). `[lan] mss` was set before
+    // listen(); the aligned default is set here, which the SYN-ACKs of later
+    // connections carry just the same.
+    if shared.cfg.lan.mss == 0 {
+        if let Some(m) = mss::offered(lan_ip(&shared.cfg), 0) {
+            if let Err(e) = socket2::SockRef::from(&listener).set_tcp_mss(m) {
+                warn!("cannot offer LAN senders an MSS of {m}: {e}");
+            }
+        }
+    }
     let stopping = shared.stopping.clone();
     crate::accept::serve(listener, stopping, "LAN", move |stream, node| {
         shared.metrics.lan_accepted.fetch_add(1, Ordering::Relaxed);
         serve_node(shared.clone(), stream, node)
     })
     .await
+}
+
+/// The gateway's LAN address: where it listens, or its site's gateway address
+/// if it listens on all of them.
+fn lan_ip(cfg: &crate::config::Config) -> IpAddr {
+    if cfg.lan_listen.ip().is_unspecified() {
+        cfg.own_site().gateway_lan.ip()
+    } else {
+        cfg.lan_listen.ip()
+    }
 }
 
 async fn reply(shared: &Shared, stream: &mut TcpStream, status: Status) -> std::io::Result<()> {
@@ -188,6 +209,7 @@ async fn connect_from(
     lan_ip: IpAddr,
     dst: SocketAddr,
     limit: Duration,
+    mss: Option<u32>,
 ) -> Result<TcpStream, Status> {
     let sock = if dst.is_ipv4() {
         TcpSocket::new_v4()
@@ -201,6 +223,11 @@ async fn connect_from(
         bind_address_no_port(&sock);
         sock.bind(SocketAddr::new(lan_ip, 0))
             .map_err(|e| Status::from_connect_error(&e))?;
+    }
+    // Our SYN offers the destination the MSS our own nodes get (collect/mss.rs):
+    // what it sends back through us then fits the WAN segment for segment.
+    if let Some(m) = mss {
+        let _ = socket2::SockRef::from(&sock).set_tcp_mss(m);
     }
     let stream = match tokio::time::timeout(limit, sock.connect(dst)).await {
         Ok(Ok(s)) => s,
@@ -258,7 +285,8 @@ pub async fn serve_remote_open(
         Err(Status::Forbidden)
     } else {
         tokio::select! {
-            r = connect_from(own.gateway_lan.ip(), dst, cfg.connect_timeout) => r,
+            r = connect_from(own.gateway_lan.ip(), dst, cfg.connect_timeout,
+                             mss::offered(lan_ip(cfg), cfg.lan.mss)) => r,
             _ = flow.aborted() => {
                 link.forget_flow(flow.id);
                 return;
