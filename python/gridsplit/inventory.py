@@ -13,6 +13,7 @@ One TOML format for `gridsplit netcheck --hosts` (docs/netcheck.md) and
     start = false; config = "/etc/gridsplit/gridsplit.toml"; gridsplitd = "gridsplitd"; admin = "127.0.0.1:7300"
     [[site]]
     name = "rennes"; hosts = ["node-1.rennes", ...]; gateway = "gw.rennes"; user = "..."; ssh_port = 2222
+    gateway_config = "..."          # this site's gridsplitd config, if not [gateways] config
 
 Every key is checked here, and a bad one refused in one line naming it.
 """
@@ -33,7 +34,7 @@ DEFAULT_LAUNCHER = {"openmpi": "mpirun", "mpich": "mpiexec"}
 
 KEYS = {"": ("ssh", "site", "topology", "mpi", "gateways"),
         "ssh": ("user", "options", "command", "connect_timeout", "tune", "port", "ssh_port"),
-        "site": ("name", "hosts", "capacity_mbps", "gateway", "user", "ssh_port"),
+        "site": ("name", "hosts", "capacity_mbps", "gateway", "gateway_config", "user", "ssh_port"),
         "host": ("ssh", "address"),
         "mpi": ("impl", "openmpi", "mpich", "rsh", "programs", "lib", "nodes_config", "tcp_if_include"),
         "gateways": ("start", "config", "gridsplitd", "admin", "log")}
@@ -45,6 +46,7 @@ class Site:
     hosts: tuple[Endpoint, ...]          # the nodes, in the order ranks are placed on them
     capacity_mbps: float | None
     gateway: Endpoint | None
+    gateway_config: str | None = None    # this gateway's config, where it is not [gateways] config
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,11 @@ def load_inventory(path: str) -> Inventory:
         cap = s.get("capacity_mbps")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
             raise _fail(p, f"site[{i}].capacity_mbps: must be a positive number of Mb/s, e.g. 1000")
-        sites.append(Site(name, eps, cap, gw))
+        gw_config = s.get("gateway_config")
+        if gw_config is not None and (not isinstance(gw_config, str) or not gw_config or gw is None):
+            raise _fail(p, f"site[{i}].gateway_config: the path of this site's gateway config on its gateway host "
+                           "(with gateway = \"HOST\")")
+        sites.append(Site(name, eps, cap, gw, gw_config))
 
     topology = data.get("topology")
     if topology is not None:

@@ -151,9 +151,9 @@ def gateway_status(inv: Inventory, gw: Endpoint) -> dict[str, Any] | None:
         return None
 
 
-def start_gateway(inv: Inventory, gw: Endpoint) -> None:
+def start_gateway(inv: Inventory, gw: Endpoint, config: str) -> None:
     g = inv.gateways
-    script = (f"setsid nohup {shlex.quote(g.gridsplitd)} --config {shlex.quote(g.config)} "
+    script = (f"setsid nohup {shlex.quote(g.gridsplitd)} --config {shlex.quote(config)} "
               f">>{shlex.quote(g.log)} 2>&1 </dev/null &")
     res = inv.runner.run(gw, ["sh", "-c", script], timeout=inv.runner.connect_timeout + 15)
     if res.rc != 0:
@@ -175,9 +175,10 @@ def ensure_gateways(inv: Inventory, sites: list[str], con: Console) -> dict[str,
             if not inv.gateways.start:
                 raise GridsplitError(f"gridsplitd on {gw.name} (site {site}) does not answer on {inv.gateways.admin}: "
                                      "start it (systemctl start gridsplitd), or set [gateways] start = true in "
-                                     f"{inv.path} to start it with {inv.gateways.config}")
-            con.print(f"[dim]·[/dim] starting gridsplitd on {gw.name} ({site}) with {inv.gateways.config}")
-            start_gateway(inv, gw)
+                                     f"{inv.path} to start it with {inv.site(site).gateway_config or inv.gateways.config}")
+            config = inv.site(site).gateway_config or inv.gateways.config
+            con.print(f"[dim]·[/dim] starting gridsplitd on {gw.name} ({site}) with {config}")
+            start_gateway(inv, gw, config)
             started.append(site)
     deadline = time.monotonic() + 20
     while True:
