@@ -65,9 +65,16 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
         .map(|p| p.name.as_str())
         .filter(|p| !up.contains(p))
         .collect();
+    let mut warnings: Vec<&str> = Vec::new();
+    if !shared.sealed() {
+        warnings.push(crate::config::INSECURE_WARNING);
+    }
     serde_json::json!({
         "site": shared.cfg.site,
         "strategy": shared.cfg.strategy.name(),
+        "encryption": shared.cfg.encryption.name(),
+        "warnings": warnings,
+        "last_handshake_refusal": *shared.last_refusal.lock().unwrap(),
         "uptime_seconds": m.started.elapsed().as_secs_f64(),
         "limits": {
             "per_flow_buffer": shared.cfg.limits.per_flow_buffer,

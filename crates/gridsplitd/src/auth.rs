@@ -14,6 +14,12 @@
 //! means it can't be replayed later. Tags are compared in constant time (the `hmac`
 //! crate's `verify_slice`). A HELLO naming our own site is refused outright: that is
 //! what a reflection attempt looks like.
+//!
+//! HELLO also says whether the sender seals what follows AUTH (`[wan]
+//! encryption`): gateways that disagree both refuse the connection, naming the
+//! setting, before either sends AUTH. Sealed links then run the Noise handshake
+//! (transfer/seal.rs), whose prologue binds it to this exchange's sites and
+//! nonces.
 
 use std::time::Duration;
 
@@ -35,6 +41,17 @@ pub struct PeerInfo {
     pub site: String,
     /// The peer's max_frame: we never send a frame larger than this.
     pub max_frame: usize,
+    /// The HELLO nonces, ours and the peer's (the Noise prologue's).
+    pub own_nonce: [u8; NONCE_LEN],
+    pub peer_nonce: [u8; NONCE_LEN],
+}
+
+fn encryption_name(sealed: bool) -> &'static str {
+    if sealed {
+        "\"noise\" (the default)"
+    } else {
+        "\"insecure\""
+    }
 }
 
 #[derive(Debug, Error)]
@@ -49,6 +66,10 @@ pub enum AuthError {
     TinyFrames(u32),
     #[error("peer speaks WAN protocol version {0}, this gateway speaks version {VERSION}: run the same gridsplitd release on both gateways")]
     Version(u8),
+    #[error("the peer gateway has [wan] encryption = {} and this one {}: set the same [wan] encryption on both gateways", encryption_name(*peer), encryption_name(*own))]
+    EncryptionMismatch { own: bool, peer: bool },
+    #[error("{0}")]
+    Crypto(#[from] crate::transfer::seal::CryptoError),
     #[error("handshake timed out")]
     Timeout,
     #[error("no randomness available: {0}")]
@@ -119,10 +140,12 @@ pub async fn handshake<C: WanConn>(
     psk: &[u8],
     own_site: &str,
     own_max_frame: usize,
+    sealed: bool,
     allowed: impl Fn(&str) -> bool,
     limit: Duration,
 ) -> Result<PeerInfo, AuthError> {
-    match tokio::time::timeout(limit, exchange(conn, psk, own_site, own_max_frame, allowed)).await {
+    let ex = exchange(conn, psk, own_site, own_max_frame, sealed, allowed);
+    match tokio::time::timeout(limit, ex).await {
         Ok(r) => r,
         Err(_) => Err(AuthError::Timeout),
     }
@@ -133,6 +156,7 @@ async fn exchange<C: WanConn>(
     psk: &[u8],
     own_site: &str,
     own_max_frame: usize,
+    sealed: bool,
     allowed: impl Fn(&str) -> bool,
 ) -> Result<PeerInfo, AuthError> {
     let own_nonce = new_nonce()?;
@@ -140,6 +164,7 @@ async fn exchange<C: WanConn>(
         max_frame: own_max_frame as u32,
         nonce: own_nonce,
         site: own_site.to_owned(),
+        sealed,
     })
     .await
     .map_err(RecvError::Io)?;
@@ -149,12 +174,13 @@ async fn exchange<C: WanConn>(
         Err(RecvError::Wire(WireError::BadVersion(v))) => return Err(AuthError::Version(v)),
         r => r?,
     };
-    let (peer_site, peer_nonce, peer_max) = match first {
+    let (peer_site, peer_nonce, peer_max, peer_sealed) = match first {
         Frame::Hello {
             max_frame,
             nonce,
             site,
-        } => (site, nonce, max_frame),
+            sealed,
+        } => (site, nonce, max_frame, sealed),
         other => {
             return Err(AuthError::Unexpected {
                 expected: FrameType::Hello,
@@ -167,6 +193,12 @@ async fn exchange<C: WanConn>(
     }
     if (peer_max as usize) < MIN_MAX_FRAME {
         return Err(AuthError::TinyFrames(peer_max));
+    }
+    if peer_sealed != sealed {
+        return Err(AuthError::EncryptionMismatch {
+            own: sealed,
+            peer: peer_sealed,
+        });
     }
     let t = tag(psk, own_site, &peer_site, &peer_nonce, &own_nonce);
     conn.send_frame(&Frame::Auth { tag: t })
@@ -188,7 +220,34 @@ async fn exchange<C: WanConn>(
     Ok(PeerInfo {
         site: peer_site,
         max_frame: (peer_max as usize).min(own_max_frame),
+        own_nonce,
+        peer_nonce,
     })
+}
+
+/// Seals `conn` after a successful `handshake` (unless the link is insecure):
+/// the Noise handshake of transfer/seal.rs, the dialer initiating, bound to
+/// this authentication's sites and nonces.
+pub async fn secure(
+    conn: &mut crate::transfer::tcp::TcpConn,
+    peer: &PeerInfo,
+    own_site: &str,
+    dialer: bool,
+    psk: &[u8],
+    limit: Duration,
+) -> Result<(), AuthError> {
+    use crate::transfer::seal::{prologue, Role};
+    let (role, pro) = if dialer {
+        let p = prologue(own_site, &peer.site, &peer.own_nonce, &peer.peer_nonce);
+        (Role::Initiator, p)
+    } else {
+        let p = prologue(&peer.site, own_site, &peer.peer_nonce, &peer.own_nonce);
+        (Role::Responder, p)
+    };
+    match tokio::time::timeout(limit, conn.secure(role, psk, &pro)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(AuthError::Timeout),
+    }
 }
 
 #[cfg(test)]

@@ -30,9 +30,9 @@ pub mod transfer;
 pub mod tune;
 pub mod wire;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -62,6 +62,15 @@ pub struct Shared {
     pub stopping: CancellationToken,
     /// Serves an OPEN from a peer (collect::serve_remote_open).
     pub on_open: link::OpenHandler,
+    /// The WAN key now: read at start, replaced on SIGHUP (`reload_key`). New
+    /// connections use it; established ones keep their session keys.
+    psk: RwLock<Arc<Vec<u8>>>,
+    /// Handshake refusals already logged, by address and kind: a peer with
+    /// the wrong key retries every few seconds, and is logged once
+    /// (link/establish.rs) until a handshake from that address succeeds.
+    pub(crate) refusals_logged: Mutex<HashSet<(IpAddr, String)>>,
+    /// The last handshake refusal, for /status.
+    pub(crate) last_refusal: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -84,6 +93,33 @@ impl Shared {
     /// Makes `link` the current link to its peer; returns the one it replaces.
     pub(crate) fn install_link(&self, link: Arc<Link>) -> Option<Arc<Link>> {
         self.links.lock().unwrap().insert(link.peer.clone(), link)
+    }
+
+    /// The current WAN key.
+    pub fn psk(&self) -> Arc<Vec<u8>> {
+        self.psk.read().unwrap().clone()
+    }
+
+    /// Whether WAN links are sealed (`[wan] encryption`, default "noise").
+    pub fn sealed(&self) -> bool {
+        self.cfg.encryption == config::Encryption::Noise
+    }
+
+    /// Re-reads the key file (SIGHUP): connections made from now on use the
+    /// new key; links up keep their Noise keys, so no flow is dropped. On a bad
+    /// file the old key stays.
+    pub fn reload_key(&self) -> Result<(), config::ConfigError> {
+        let k = self.cfg.read_psk()?;
+        let same = **self.psk.read().unwrap() == k;
+        *self.psk.write().unwrap() = Arc::new(k);
+        self.metrics
+            .key_reloads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A peer refused with the old key may be right with the new one.
+        self.refusals_logged.lock().unwrap().clear();
+        info!(file = %self.cfg.psk_file.display(), changed = !same,
+            "WAN key reloaded: new WAN connections use it, links up keep their session keys");
+        Ok(())
     }
 
     pub(crate) fn remove_link(&self, link: &Arc<Link>) {
@@ -142,7 +178,14 @@ impl Gateway {
             cfg.lan.sub_segment,
             cfg.lan.rate_bps,
         );
+        if cfg.encryption == config::Encryption::Insecure {
+            warn!("{}", config::INSECURE_WARNING);
+        }
+        let psk = RwLock::new(Arc::new(cfg.psk.clone()));
         let shared = Arc::new(Shared {
+            psk,
+            refusals_logged: Mutex::new(HashSet::new()),
+            last_refusal: Mutex::new(None),
             cfg,
             metrics: Metrics::default(),
             send_pool: Arc::new(Semaphore::new(half)),
@@ -172,7 +215,8 @@ impl Gateway {
         }
         info!(
             site = %shared.cfg.site, %lan_addr, %wan_addr, %admin_addr,
-            strategy = shared.cfg.strategy.name(), "gateway started"
+            strategy = shared.cfg.strategy.name(), encryption = shared.cfg.encryption.name(),
+            "gateway started"
         );
         Ok(Gateway {
             shared,

@@ -1,6 +1,8 @@
 //! The gridsplitd command: load and check the config, start the gateway, and stop
 //! it cleanly on SIGTERM or SIGINT (every link closed, every flow reset, so nodes
-//! see errors instead of hanging).
+//! see errors instead of hanging). SIGHUP re-reads the WAN key file (key
+//! rotation, docs/deployment.md): new WAN connections use the new key, and
+//! links that are up keep going.
 //!
 //! Exit status: 0 after a clean stop or a successful --check-config, 2 for a
 //! configuration problem (one line on stderr), 1 for a runtime failure such as an
@@ -122,28 +124,36 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let signal = wait_for_signal().await;
+        let signal = wait_for_signal(&gw).await;
         info!("{signal}: stopping");
         gw.stop().await;
         ExitCode::SUCCESS
     })
 }
 
-async fn wait_for_signal() -> &'static str {
+async fn wait_for_signal(gw: &Gateway) -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
-    let (mut term, mut int) = match (
+    let (mut term, mut int, mut hup) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) {
-        (Ok(t), Ok(i)) => (t, i),
+        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
         _ => {
             // Without signal handlers we can still stop on Ctrl-C via the default.
             std::future::pending::<()>().await;
             unreachable!()
         }
     };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    loop {
+        tokio::select! {
+            _ = term.recv() => return "SIGTERM",
+            _ = int.recv() => return "SIGINT",
+            _ = hup.recv() => {
+                if let Err(e) = gw.shared.reload_key() {
+                    error!("SIGHUP: key not reloaded, the old key stays in use: {e}");
+                }
+            }
+        }
     }
 }

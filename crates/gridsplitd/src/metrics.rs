@@ -61,6 +61,8 @@ counters! {
     wan_protocol_errors: "counter", "WAN connections closed for malformed, oversized or out-of-order frames";
     wan_stale_frames: "counter", "frames for recently closed flows, dropped";
     auth_failures: "counter", "WAN peers that failed the handshake (bad key, unknown site, timeout, garbage)";
+    wan_forged_messages: "counter", "WAN connections closed because a sealed message failed authentication (tampered, replayed, reordered)";
+    key_reloads: "counter", "Key file reloads on SIGHUP that took effect";
     links_established: "counter", "WAN sessions started (a new session, not a resumed one)";
     wan_reconnects: "counter", "WAN connections that resumed an existing session after the previous one died";
     wan_connections_lost: "counter", "WAN connections that died under a live session (reset, silence, error)";

@@ -92,17 +92,28 @@ fn small_rcvbuf_listener(at: std::net::SocketAddr) -> TcpListener {
 /// Bulk and small messages on several flows at once, in both directions, with
 /// receivers that stall now and then: WAN writes contend and fill the socket, LAN
 /// writes hit full sockets, so direct and queued writes interleave within each
-/// flow. Every flow must still deliver its exact byte stream.
+/// flow. Every flow must still deliver its exact byte stream. Sealed (the
+/// default) and in clear: sealing changes what a partial WAN write leaves
+/// behind (transfer/seal.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_and_queued_paths_interleave_without_reordering() {
+    interleave(24, "noise").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_and_queued_paths_interleave_without_reordering_in_clear() {
+    interleave(27, "insecure").await;
+}
+
+async fn interleave(k: u8, encryption: &'static str) {
     within(90, async {
-        let k = 24;
         // A small WAN socket buffer, so that bulk flows fill it and queued
         // sends happen on any machine: on loopback with the derived buffer a
         // fast machine can send everything directly (seen once in CI, where
         // the test then could not check the interleaving it is about).
         let opts = Opts {
             wan_socket_buffer: 32 << 10,
+            encryption,
             ..Opts::default()
         };
         let (a, b) = pair(k, &opts).await;
@@ -206,7 +217,13 @@ async fn direct_and_queued_paths_interleave_without_reordering() {
         .map(|n| (n, total(n)));
         eprintln!("write paths taken: {c:?}");
         for (name, v) in c {
-            assert!(v > 0, "{name} never happened: {c:?}");
+            // Sealed, the gateways' WAN side is the slower one (decryption), so
+            // on a loaded machine the LAN sockets may never fill: the LAN paths
+            // are the in-clear run's to cover.
+            if encryption == "noise" && name.starts_with("lan_") {
+                continue;
+            }
+            assert!(v > 0, "{name} never happened ({encryption}): {c:?}");
         }
         for g in [&a, &b] {
             assert_eq!(g.shared.metrics.flows_reset.load(Ordering::Relaxed), 0);

@@ -21,6 +21,7 @@ fn corpus() -> Vec<Vec<u8>> {
             max_frame: 65536,
             nonce: [7; 32],
             site: "bordeaux".into(),
+            sealed: false,
         },
         Frame::Auth { tag: [9; 32] },
         Frame::Open {

@@ -241,7 +241,7 @@ async fn a_peer_on_the_old_protocol_is_refused() {
         assert_eq!(b.shared.metrics.auth_failures.load(Ordering::Relaxed), 1);
         assert!(b.shared.link_to("alpha").is_none());
         let e = gridsplitd::auth::AuthError::Version(1).to_string();
-        assert!(e.contains("version 1") && e.contains("version 3"), "{e}");
+        assert!(e.contains("version 1") && e.contains("version 4"), "{e}");
         b.stop().await;
     })
     .await

@@ -78,6 +78,39 @@ impl StrategyKind {
     }
 }
 
+/// `[wan] encryption`: how WAN links protect what they carry after the
+/// authentication (docs/design/wan-encryption.md). Both gateways of a pair
+/// must agree; a mismatch is refused at the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encryption {
+    /// The default: a Noise handshake per TCP connection, then every byte
+    /// sealed with ChaCha20-Poly1305 (transfer/seal.rs).
+    Noise,
+    /// Frames in clear, authenticated only at the handshake: for a trusted
+    /// private WAN. Warned about in the log and in status.
+    Insecure,
+}
+
+impl Encryption {
+    pub fn from_name(name: &str) -> Option<Encryption> {
+        match name {
+            "noise" => Some(Encryption::Noise),
+            "insecure" => Some(Encryption::Insecure),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Encryption::Noise => "noise",
+            Encryption::Insecure => "insecure",
+        }
+    }
+}
+
+/// What the log and `gridsplit gateway status` say about an insecure gateway.
+pub const INSECURE_WARNING: &str = "[wan] encryption = \"insecure\": WAN links carry MPI payloads and flow endpoints in clear, and frames after the handshake are not authenticated; use it only on a trusted private WAN";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     pub per_flow_buffer: usize,
@@ -135,7 +168,10 @@ pub struct Config {
     pub allow_remote_admin: bool,
     pub strategy: StrategyKind,
     pub psk_file: PathBuf,
+    /// The key as read at start; the gateway's current key (reloaded on
+    /// SIGHUP) is `Shared::psk()`.
     pub psk: Vec<u8>,
+    pub encryption: Encryption,
     pub connect_timeout: Duration,
     pub limits: Limits,
     pub lan: LanParams,
@@ -167,6 +203,11 @@ impl Config {
         self.peers()
             .map(|p| self.wan_params(&p.name))
             .any(|p| p.pacing_bps > 0 && p.congestion != "bbr")
+    }
+
+    /// Reads and checks a key file (at start, and again on SIGHUP).
+    pub fn read_psk(&self) -> Result<Vec<u8>, ConfigError> {
+        validate::read_psk(&self.psk_file, &self.path.display().to_string())
     }
 
     pub fn wan_params(&self, peer: &str) -> &WanParams {

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use super::raw::{RawConfig, RawLan};
 use super::wan::check_wan;
-use super::{Config, ConfigError, LanParams, Limits, Site, StrategyKind, Subnet, WanParams};
+use super::{
+    Config, ConfigError, Encryption, LanParams, Limits, Site, StrategyKind, Subnet, WanParams,
+};
 
 pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config, ConfigError> {
     let err = |field: &str, reason: String, fix: &str| ConfigError {
@@ -138,20 +140,7 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
             psk_file = dir.join(psk_file);
         }
     }
-    let mut psk = std::fs::read(&psk_file).map_err(|e| {
-        err("gateway.psk_file", format!("cannot read {}: {e}", psk_file.display()), "create the shared key file (the same bytes on every gateway), e.g. head -c 32 /dev/urandom > FILE")
-    })?;
-    // Key files are often written with echo: a trailing newline is not part of the key.
-    while matches!(psk.last(), Some(b'\n' | b'\r')) {
-        psk.pop();
-    }
-    if psk.len() < 16 {
-        return Err(err(
-            "gateway.psk_file",
-            format!("key is {} bytes long, too short", psk.len()),
-            "use at least 16 bytes of random key material",
-        ));
-    }
+    let psk = read_psk(&psk_file, file)?;
 
     let l = &raw.limits;
     if l.max_frame < crate::wire::MIN_MAX_FRAME as u64
@@ -193,9 +182,26 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
 
     let wan = raw.wan.over(&WanParams::default());
     check_wan("wan", &wan, file)?;
+    let encryption = match raw.wan.encryption.as_deref() {
+        None => Encryption::Noise,
+        Some(name) => Encryption::from_name(name).ok_or_else(|| {
+            err(
+                "wan.encryption",
+                format!("'{name}' is not an encryption setting"),
+                "use \"noise\" (the default) or \"insecure\" (frames in clear, for a trusted private WAN only)",
+            )
+        })?,
+    };
     let mut links = BTreeMap::new();
     let mut seen = HashSet::new();
     for (i, lk) in raw.link.iter().enumerate() {
+        if lk.wan.encryption.is_some() {
+            return Err(err(
+                &format!("link[{i}].encryption"),
+                "encryption is set for the whole gateway, not per link".into(),
+                "move it to [wan] (the same value on every gateway)",
+            ));
+        }
         let field = format!("link[{i}].peer");
         if lk.peer == g.site || !sites.iter().any(|s| s.name == lk.peer) {
             return Err(err(
@@ -226,6 +232,7 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
         strategy,
         psk_file,
         psk,
+        encryption,
         connect_timeout: Duration::from_millis(g.connect_timeout_ms),
         limits,
         lan,
@@ -233,6 +240,31 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
         sites,
         links,
     })
+}
+
+/// Reads a key file: the HMAC key and the source of the Noise PSK (at least 16
+/// bytes; a trailing newline is not part of it).
+pub(super) fn read_psk(psk_file: &Path, file: &str) -> Result<Vec<u8>, ConfigError> {
+    let err = |reason: String, fix: &str| ConfigError {
+        file: file.to_string(),
+        field: "gateway.psk_file".into(),
+        reason,
+        fix: fix.to_string(),
+    };
+    let mut psk = std::fs::read(psk_file).map_err(|e| {
+        err(format!("cannot read {}: {e}", psk_file.display()), "create the shared key file (the same bytes on every gateway), e.g. head -c 32 /dev/urandom > FILE")
+    })?;
+    // Key files are often written with echo: a trailing newline is not part of the key.
+    while matches!(psk.last(), Some(b'\n' | b'\r')) {
+        psk.pop();
+    }
+    if psk.len() < 16 {
+        return Err(err(
+            format!("key is {} bytes long, too short", psk.len()),
+            "use at least 16 bytes of random key material",
+        ));
+    }
+    Ok(psk)
 }
 
 fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {

@@ -66,6 +66,8 @@ pub(super) struct RawWan {
     keepalive_ms: Option<u64>,
     outage_limit_s: Option<f64>,
     streams: Option<i64>,
+    /// `[wan]` only (validate.rs refuses it in a `[[link]]`): "noise" or "insecure".
+    pub(super) encryption: Option<String>,
 }
 
 impl RawWan {

@@ -86,7 +86,7 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
             replayed, flows = link.flow_count(), "WAN link resumed");
     } else {
         info!(peer = %link.peer, %remote, role = ?link.role, session = format!("{:016x}", link.session),
-            max_frame = link.max_frame, applied = ?probe.applied(), "WAN link up");
+            max_frame = link.max_frame, encryption = shared.cfg.encryption.name(), applied = ?probe.applied(), "WAN link up");
     }
     link.state.send_replace(State::Up);
     // Anything queued while the session had no connection goes now.
@@ -168,6 +168,17 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
         LinkError::Superseded => {
             debug!(peer = %link.peer, %remote, "WAN connection replaced or closed")
         }
+        LinkError::Recv(RecvError::Crypto(_)) => {
+            // Nothing of the forged message was delivered, and what was is
+            // counted exactly: the session resumes on a new connection, with
+            // a new Noise handshake (docs/design/wan-encryption.md).
+            shared
+                .metrics
+                .wan_forged_messages
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(peer = %link.peer, %remote, flows_held = flows,
+                "closing WAN connection: {err}; the session resumes on a new connection with new keys")
+        }
         _ => {
             shared
                 .metrics
@@ -203,6 +214,11 @@ async fn run_set(
     run_conn(shared, ready, conn).await;
 }
 
+/// Counts a refused handshake and logs it once per address and kind of
+/// refusal: a peer with the wrong key (or the other `[wan] encryption`) retries
+/// every second or few, and would otherwise fill the log. Later ones go to the
+/// debug level and the `auth_failures` counter until a handshake from that
+/// address succeeds or the key is reloaded.
 fn note_handshake_failure(shared: &Shared, remote: SocketAddr, e: &AuthError) {
     match e {
         AuthError::Recv(RecvError::Wire(_))
@@ -216,7 +232,46 @@ fn note_handshake_failure(shared: &Shared, remote: SocketAddr, e: &AuthError) {
         _ => {}
     }
     shared.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
-    warn!(%remote, "WAN peer failed authentication: {e}");
+    let kind = format!("{:?}", std::mem::discriminant(e));
+    let first = shared
+        .refusals_logged
+        .lock()
+        .unwrap()
+        .insert((remote.ip(), kind));
+    *shared.last_refusal.lock().unwrap() = Some(format!("{remote}: {e}"));
+    if first {
+        warn!(%remote, "WAN peer refused at the handshake: {e} (logged once for this address; repeats are counted in auth_failures)");
+    } else {
+        debug!(%remote, "WAN peer refused at the handshake again: {e}");
+    }
+}
+
+/// A handshake from `ip` succeeded: its next refusal is logged again.
+fn note_handshake_success(shared: &Shared, ip: std::net::IpAddr) {
+    let mut logged = shared.refusals_logged.lock().unwrap();
+    if !logged.is_empty() {
+        logged.retain(|(a, _)| *a != ip);
+    }
+}
+
+/// Authenticates a fresh connection and, unless the link is insecure, seals it
+/// (auth.rs, transfer/seal.rs).
+async fn authenticate(
+    shared: &Shared,
+    conn: &mut TcpConn,
+    dialer: bool,
+    allowed: impl Fn(&str) -> bool,
+) -> Result<PeerInfo, AuthError> {
+    let psk = shared.psk();
+    let own = shared.cfg.site.as_str();
+    let sealed = shared.sealed();
+    let max_frame = shared.cfg.limits.max_frame;
+    let peer = auth::handshake(conn, &psk, own, max_frame, sealed, allowed, HANDSHAKE_TIMEOUT).await?;
+    if sealed {
+        auth::secure(conn, &peer, own, dialer, &psk, HANDSHAKE_TIMEOUT).await?;
+    }
+    note_handshake_success(shared, conn.peer_addr().ip());
+    Ok(peer)
 }
 
 /// Accepts peer gateways whose site name sorts before ours.
@@ -236,14 +291,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                         Err(e) => return debug!(%remote, "accepted WAN socket unusable: {e}"),
                     };
                 let allowed = |s: &str| s < own.as_str() && shared.cfg.peers().any(|p| p.name == s);
-                let hs = auth::handshake(
-                    &mut conn,
-                    &shared.cfg.psk,
-                    &own,
-                    shared.cfg.limits.max_frame,
-                    allowed,
-                    HANDSHAKE_TIMEOUT,
-                );
+                let hs = authenticate(&shared, &mut conn, false, allowed);
                 let peer = tokio::select! {
                     r = hs => r,
                     _ = shared.stopping.cancelled() => return,
@@ -322,16 +370,9 @@ pub(super) async fn dial(
             .await
             .map_err(DialError::Connect)?;
     let name = peer.name.as_str();
-    let info = auth::handshake(
-        &mut conn,
-        &shared.cfg.psk,
-        &shared.cfg.site,
-        max_frame,
-        |s| s == name,
-        HANDSHAKE_TIMEOUT,
-    )
-    .await
-    .map_err(DialError::Auth)?;
+    let info = authenticate(shared, &mut conn, true, |s| s == name)
+        .await
+        .map_err(DialError::Auth)?;
     Ok((conn, info, warnings))
 }
 

@@ -12,6 +12,7 @@
 //! and whoever queues a frame while the link is idle uses `try_send` to put it on
 //! the wire at once, without waking the writer task (link.rs decides who may write).
 
+pub mod seal;
 pub mod striped;
 pub mod tcp;
 
@@ -38,6 +39,8 @@ pub enum RecvError {
     Io(#[from] io::Error),
     #[error("{0}")]
     Wire(#[from] WireError),
+    #[error("{0}")]
+    Crypto(#[from] seal::CryptoError),
 }
 
 /// A fresh WAN connection, before it is split.

@@ -30,6 +30,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
+
+use super::seal::{OpenRx, SealTx};
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
@@ -103,12 +105,20 @@ impl WanConn for StripedConn {
 
     fn split(self) -> (StripedTx, StripedRx, FdProbe) {
         let mut streams = Vec::new();
+        let mut seals = Vec::new();
         let mut rx_lanes = Vec::new();
         let mut fds = Vec::new();
         let mut recv_max = 0;
         let batch = tune::target_lowat(self.lanes[0].params()).min(WRITE_BATCH);
         for l in self.lanes {
-            let (stream, rbuf, max, p) = l.into_parts();
+            // Each lane has its own keys (its own Noise handshake), so a
+            // piece is sealed for the lane it goes on (seal.rs).
+            let (stream, rbuf, max, p, crypto) = l.into_parts();
+            let (seal, open) = match crypto {
+                Some((tx, rx)) => (Some(Mutex::new(tx)), Some(rx)),
+                None => (None, None),
+            };
+            seals.push(seal);
             if let Ok(fd) = stream.as_fd().try_clone_to_owned() {
                 fds.push((fd, p));
             }
@@ -118,6 +128,7 @@ impl WanConn for StripedConn {
             rx_lanes.push(LaneRx {
                 stream,
                 rbuf,
+                open,
                 pieces: VecDeque::new(),
                 held: 0,
             });
@@ -125,7 +136,7 @@ impl WanConn for StripedConn {
         let piece = PIECE_MAX
             .min(batch)
             .min(self.peer_max_frame - HEADER_LEN - STRIPE_HEADER);
-        let tx = StripedTx::start(streams, piece, batch);
+        let tx = StripedTx::start(streams, seals, piece, batch);
         let rx = StripedRx {
             lanes: rx_lanes,
             next: 0,
@@ -164,6 +175,8 @@ struct TxState {
 
 struct TxShared {
     streams: Vec<Arc<TcpStream>>,
+    /// Per lane, its sealing state (None: insecure link).
+    seals: Vec<Option<Mutex<SealTx>>>,
     state: Mutex<TxState>,
     /// One per lane: its flusher has a rest to write.
     flush: Vec<Notify>,
@@ -180,7 +193,12 @@ pub struct StripedTx {
 }
 
 impl StripedTx {
-    fn start(streams: Vec<Arc<TcpStream>>, piece: usize, batch: usize) -> Self {
+    fn start(
+        streams: Vec<Arc<TcpStream>>,
+        seals: Vec<Option<Mutex<SealTx>>>,
+        piece: usize,
+        batch: usize,
+    ) -> Self {
         let k = streams.len();
         let shared = Arc::new(TxShared {
             state: Mutex::new(TxState {
@@ -192,6 +210,7 @@ impl StripedTx {
             flush: (0..k).map(|_| Notify::new()).collect(),
             idle: Notify::new(),
             streams,
+            seals,
         });
         let stop = CancellationToken::new();
         for i in 0..k {
@@ -219,7 +238,7 @@ async fn flusher(shared: Arc<TxShared>, i: usize, stop: CancellationToken) {
             std::mem::take(&mut st.lanes[i].rest)
         };
         let r = tokio::select! {
-            r = tcp::write_all_segments(&shared.streams[i], &mut rest) => r,
+            r = tcp::write_all_lane(&shared.streams[i], shared.seals[i].as_ref(), &mut rest) => r,
             _ = stop.cancelled() => return,
         };
         {
@@ -286,11 +305,14 @@ impl WanTxNow for StripedTx {
             out.push(Bytes::copy_from_slice(&wire::stripe_header(st.seq, len)));
             out.extend(piece);
             let total = len + HEADER_LEN + STRIPE_HEADER;
-            let all = tcp::try_write_segments(&sh.streams[i], &mut out).inspect_err(|e| {
+            let seal = sh.seals[i].as_ref();
+            let all = tcp::try_write_lane(&sh.streams[i], seal, &mut out).inspect_err(|e| {
                 st.failed = Some(e.kind());
             })?;
             let left: usize = out.iter().map(|b| b.len()).sum();
-            if left == total {
+            // A sealed piece whose first message went in part is this lane's:
+            // its rest must follow on the same connection.
+            if left == total && !tcp::lane_pending(seal) {
                 // Nothing went: the piece is not this lane's after all.
                 full |= 1 << i;
                 let mut back = out.split_off(1);
@@ -353,6 +375,8 @@ impl WanTx for StripedTx {
 struct LaneRx {
     stream: Arc<TcpStream>,
     rbuf: BytesMut,
+    /// The lane's opening state (None: insecure link).
+    open: Option<OpenRx>,
     /// Pieces received on this lane and not yet appended, in order.
     pieces: VecDeque<(u64, Bytes)>,
     /// Bytes of `pieces`.
@@ -438,22 +462,22 @@ impl StripedRx {
             .await?;
             self.start = (i + 1) % k;
             let l = &mut self.lanes[i];
-            if l.rbuf.capacity() - l.rbuf.len() < READ_BLOCK / 2 {
-                l.rbuf.reserve(READ_BLOCK);
-            }
-            match tcp::try_read_drain(&l.stream, &mut l.rbuf) {
+            match tcp::try_read_lane(&l.stream, &mut l.rbuf, l.open.as_mut()) {
                 // One lane closing ends the set: the others' pieces cannot be
                 // put in order without its own.
                 Ok(0) => {
-                    return Err(if self.stream.is_empty() && l.rbuf.is_empty() {
-                        RecvError::Closed
-                    } else {
+                    let cut = !self.stream.is_empty()
+                        || !l.rbuf.is_empty()
+                        || l.open.as_ref().is_some_and(|o| o.mid_message());
+                    return Err(if cut {
                         RecvError::ClosedMidFrame
-                    })
+                    } else {
+                        RecvError::Closed
+                    });
                 }
                 Ok(_) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e.into()),
+                Err(RecvError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -509,6 +533,7 @@ mod tests {
         let lane = |s: TcpStream| LaneRx {
             stream: Arc::new(s),
             rbuf: BytesMut::new(),
+            open: None,
             pieces: VecDeque::new(),
             held: 0,
         };

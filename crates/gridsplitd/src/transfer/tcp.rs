@@ -5,6 +5,11 @@
 //! Receives read large blocks into one `BytesMut` and cut frames out of it; DATA
 //! payloads are handed on as slices of that block (again no copy).
 //!
+//! Unless `[wan] encryption = "insecure"`, everything after the authentication
+//! is sealed (seal.rs, `secure`): writes go through `try_write_lane`, which
+//! encrypts the segments into the lane's ciphertext, and reads through
+//! `try_read_lane`, which opens them into the frame buffer.
+//!
 //! After the handshake both halves share the socket (`Arc<TcpStream>`): tokio's
 //! readiness-based `try_*` calls take `&self`, which is what lets a sender that
 //! finds the link idle write without going through the writer task.
@@ -12,12 +17,13 @@
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use super::seal::{self, OpenRx, Role, SealTx};
 use super::{FdProbe, RecvError, WanConn, WanRx, WanTx, WanTxNow};
 use crate::config::WanParams;
 use crate::tune::{self, Applied};
@@ -41,7 +47,12 @@ pub struct TcpConn {
     recv_max: usize,
     peer: SocketAddr,
     params: WanParams,
+    /// The lane's keys once `secure` ran; None on an insecure link.
+    crypto: Option<(SealTx, OpenRx)>,
 }
+
+/// A lane's keys, as the striping driver takes them over.
+pub(super) type Crypto = Option<(SealTx, OpenRx)>;
 
 impl TcpConn {
     fn new(stream: TcpStream, recv_max: usize, params: WanParams) -> io::Result<Self> {
@@ -52,7 +63,25 @@ impl TcpConn {
             recv_max,
             peer,
             params,
+            crypto: None,
         })
+    }
+
+    /// Runs the Noise handshake (seal.rs) right after the authentication:
+    /// from here on every byte either way is sealed.
+    pub async fn secure(
+        &mut self,
+        role: Role,
+        psk: &[u8],
+        prologue: &[u8],
+    ) -> Result<(), seal::CryptoError> {
+        let keys = seal::handshake(&self.stream, &mut self.rbuf, role, psk, prologue).await?;
+        self.crypto = Some(keys);
+        Ok(())
+    }
+
+    pub fn is_secure(&self) -> bool {
+        self.crypto.is_some()
     }
 
     /// Dials a peer gateway from `bind_ip` (our own WAN address, so the peer sees the
@@ -105,8 +134,8 @@ impl TcpConn {
     /// The socket, what was read past the last frame (the peer may already be
     /// sending what follows the handshake), the largest frame accepted, and the
     /// tuning: for the striping driver, which takes over the connection.
-    pub(super) fn into_parts(self) -> (TcpStream, BytesMut, usize, WanParams) {
-        (self.stream, self.rbuf, self.recv_max, self.params)
+    pub(super) fn into_parts(self) -> (TcpStream, BytesMut, usize, WanParams, Crypto) {
+        (self.stream, self.rbuf, self.recv_max, self.params, self.crypto)
     }
 }
 
@@ -130,42 +159,91 @@ async fn recv_frame(
     stream: &TcpStream,
     rbuf: &mut BytesMut,
     max: usize,
+    mut open: Option<&mut OpenRx>,
 ) -> Result<Frame, RecvError> {
     loop {
         if let Some(f) = wire::decode(rbuf, max)? {
             return Ok(f);
         }
-        if rbuf.capacity() - rbuf.len() < READ_BLOCK / 2 {
-            rbuf.reserve(READ_BLOCK);
-        }
-        match try_read_drain(stream, rbuf) {
+        match try_read_lane(stream, rbuf, open.as_deref_mut()) {
             Ok(0) => {
                 // Mid-frame too: a connection cut under a session ends wherever
                 // its bytes stopped; that is a loss, not a protocol violation.
-                return Err(if rbuf.is_empty() {
-                    RecvError::Closed
-                } else {
+                let cut = !rbuf.is_empty() || open.as_ref().is_some_and(|o| o.mid_message());
+                return Err(if cut {
                     RecvError::ClosedMidFrame
+                } else {
+                    RecvError::Closed
                 });
             }
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Err(RecvError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
                 // poll_read_ready keeps one waker slot in the socket's state;
                 // `readable()` would register and unregister a waiter per frame.
                 std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await?;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
 }
 
 /// Writes all of `segs` to the socket, waiting for room; on error what was not
-/// written stays in `segs`.
+/// written stays in `segs`. (LAN sockets, and WAN lanes without keys.)
 pub(crate) async fn write_all_segments(
     stream: &TcpStream,
     segs: &mut Vec<Bytes>,
 ) -> io::Result<()> {
-    while !try_write_segments(stream, segs)? {
+    write_all_lane(stream, None, segs).await
+}
+
+/// Reads what the socket holds and appends the plaintext to `rbuf`: opened
+/// from the lane's ciphertext if `open`, else as read. Ok(0) at end of stream;
+/// otherwise the raw byte count (a read may complete no message yet).
+pub(crate) fn try_read_lane(
+    stream: &TcpStream,
+    rbuf: &mut BytesMut,
+    open: Option<&mut OpenRx>,
+) -> Result<usize, RecvError> {
+    let Some(open) = open else {
+        if rbuf.capacity() - rbuf.len() < READ_BLOCK / 2 {
+            rbuf.reserve(READ_BLOCK);
+        }
+        return Ok(try_read_drain(stream, rbuf)?);
+    };
+    if open.cbuf.capacity() - open.cbuf.len() < READ_BLOCK / 2 {
+        open.cbuf.reserve(READ_BLOCK);
+    }
+    let n = try_read_drain(stream, &mut open.cbuf)?;
+    open.open_all(rbuf)?;
+    Ok(n)
+}
+
+/// Writes what the socket takes now of `segs`, sealed if the lane has keys;
+/// same contract as `try_write_segments`.
+pub(crate) fn try_write_lane(
+    stream: &TcpStream,
+    seal: Option<&Mutex<SealTx>>,
+    segs: &mut Vec<Bytes>,
+) -> io::Result<bool> {
+    match seal {
+        Some(s) => seal::try_write_sealed(stream, &mut s.lock().unwrap(), segs),
+        None => try_write_segments(stream, segs),
+    }
+}
+
+/// Whether the lane has a sealed message on the wire in part (seal.rs).
+pub(crate) fn lane_pending(seal: Option<&Mutex<SealTx>>) -> bool {
+    seal.is_some_and(|s| s.lock().unwrap().has_pending())
+}
+
+/// Writes all of `segs` to the socket (sealed if the lane has keys), waiting
+/// for room; on error what was not written stays in `segs`.
+pub(crate) async fn write_all_lane(
+    stream: &TcpStream,
+    seal: Option<&Mutex<SealTx>>,
+    segs: &mut Vec<Bytes>,
+) -> io::Result<()> {
+    while !try_write_lane(stream, seal, segs)? {
         stream.writable().await?;
     }
     Ok(())
@@ -179,11 +257,21 @@ impl WanConn for TcpConn {
     async fn send_frame(&mut self, f: &Frame) -> io::Result<()> {
         let mut out = OutBuf::new();
         f.encode(&mut out);
-        write_all_segments(&self.stream, &mut out.take_segments()).await
+        let mut segs = out.take_segments();
+        match &mut self.crypto {
+            Some((tx, _)) => loop {
+                if seal::try_write_sealed(&self.stream, tx, &mut segs)? {
+                    return Ok(());
+                }
+                self.stream.writable().await?;
+            },
+            None => write_all_lane(&self.stream, None, &mut segs).await,
+        }
     }
 
     async fn recv_frame(&mut self) -> Result<Frame, RecvError> {
-        recv_frame(&self.stream, &mut self.rbuf, self.recv_max).await
+        let open = self.crypto.as_mut().map(|(_, rx)| rx);
+        recv_frame(&self.stream, &mut self.rbuf, self.recv_max, open).await
     }
 
     fn peer_addr(&self) -> SocketAddr {
@@ -197,15 +285,21 @@ impl WanConn for TcpConn {
             fd.map(|fd| (fd, self.params.clone())).into_iter().collect(),
         );
         let stream = Arc::new(self.stream);
+        let (seal, open) = match self.crypto {
+            Some((tx, rx)) => (Some(Mutex::new(tx)), Some(rx)),
+            None => (None, None),
+        };
         (
             TcpTx {
                 stream: stream.clone(),
                 batch: tune::target_lowat(&self.params).min(WRITE_BATCH),
+                seal,
             },
             TcpRx {
                 stream,
                 rbuf: self.rbuf,
                 max: self.recv_max,
+                open,
             },
             probe,
         )
@@ -306,6 +400,8 @@ pub struct TcpTx {
     /// meanwhile (a small message behind a bulk flow) would wait with it: at 40
     /// Mb/s a 256 KiB batch is 51 ms.
     batch: usize,
+    /// The lane's sealing state (None: insecure link).
+    seal: Option<Mutex<SealTx>>,
 }
 
 impl WanTxNow for TcpTx {
@@ -314,10 +410,16 @@ impl WanTxNow for TcpTx {
     }
 
     fn try_send(&self, segs: &mut Vec<Bytes>) -> io::Result<bool> {
-        try_write_segments(&self.stream, segs)
+        try_write_lane(&self.stream, self.seal.as_ref(), segs)
     }
 
     fn try_send_slice(&self, buf: &[u8]) -> io::Result<usize> {
+        if self.seal.is_some() {
+            // Sealing copies anyway; only messages written whole count as sent.
+            let mut segs = vec![Bytes::copy_from_slice(buf)];
+            self.try_send(&mut segs)?;
+            return Ok(buf.len() - segs.iter().map(|s| s.len()).sum::<usize>());
+        }
         match self.stream.try_write(buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             r => r,
@@ -327,7 +429,7 @@ impl WanTxNow for TcpTx {
 
 impl WanTx for TcpTx {
     async fn send(&self, out: &mut OutBuf) -> io::Result<()> {
-        write_all_segments(&self.stream, &mut out.take_segments()).await
+        write_all_lane(&self.stream, self.seal.as_ref(), &mut out.take_segments()).await
     }
 }
 
@@ -335,11 +437,12 @@ pub struct TcpRx {
     stream: Arc<TcpStream>,
     rbuf: BytesMut,
     max: usize,
+    open: Option<OpenRx>,
 }
 
 impl WanRx for TcpRx {
     async fn recv(&mut self) -> Result<Frame, RecvError> {
-        recv_frame(&self.stream, &mut self.rbuf, self.max).await
+        recv_frame(&self.stream, &mut self.rbuf, self.max, self.open.as_mut()).await
     }
 
     fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {

@@ -101,12 +101,19 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             let mut nonce = [0u8; NONCE_LEN];
             p.copy_to_slice(&mut nonce);
             let n = p.get_u8() as usize;
-            exact(&p, n)?;
-            let site = std::str::from_utf8(&p).map_err(|_| bad("site name is not UTF-8"))?;
+            exact(&p, n + 1)?;
+            let site =
+                std::str::from_utf8(&p[..n]).map_err(|_| bad("site name is not UTF-8"))?;
+            let sealed = match p[n] {
+                0 => false,
+                1 => true,
+                _ => return Err(bad("HELLO encryption flag is neither 0 nor 1")),
+            };
             Frame::Hello {
                 max_frame,
                 nonce,
                 site: site.to_owned(),
+                sealed,
             }
         }
         FrameType::Auth => {

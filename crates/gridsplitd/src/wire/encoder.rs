@@ -54,12 +54,14 @@ impl Frame {
                 max_frame,
                 nonce,
                 site,
+                sealed,
             } => {
                 head.put_slice(HELLO_MAGIC);
                 head.put_u32(*max_frame);
                 head.put_slice(nonce);
                 head.put_u8(site.len() as u8);
                 head.put_slice(site.as_bytes());
+                head.put_u8(*sealed as u8);
             }
             Frame::Auth { tag } => head.put_slice(tag),
             Frame::Open {

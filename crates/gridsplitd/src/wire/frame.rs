@@ -93,6 +93,9 @@ pub enum Frame {
         max_frame: u32,
         nonce: [u8; NONCE_LEN],
         site: String,
+        /// The sender's `[wan] encryption` is "noise": everything after AUTH is
+        /// sealed (transfer/seal.rs). Both ends must agree (auth.rs).
+        sealed: bool,
     },
     Auth {
         tag: [u8; TAG_LEN],
@@ -191,7 +194,7 @@ impl Frame {
     /// Payload length on the wire (header excluded).
     pub fn payload_len(&self) -> usize {
         match self {
-            Frame::Hello { site, .. } => 4 + 4 + NONCE_LEN + 1 + site.len(),
+            Frame::Hello { site, .. } => 4 + 4 + NONCE_LEN + 1 + site.len() + 1,
             Frame::Data { data, .. } => DATA_HEADER + data.len(),
             Frame::Batch(entries) => entries
                 .iter()

@@ -70,9 +70,10 @@ pub use encoder::{data_prefix, stripe_header, DATA_PREFIX};
 pub use frame::{BatchEntry, FlowId, Frame, FrameType, ResetReason, Session, WireError};
 pub use outbuf::OutBuf;
 
-pub const VERSION: u8 = 3;
+/// 4: HELLO carries the encryption flag, and what follows AUTH is sealed.
+pub const VERSION: u8 = 4;
 pub const HEADER_LEN: usize = 8;
-pub const HELLO_MAGIC: &[u8; 4] = b"GSW3";
+pub const HELLO_MAGIC: &[u8; 4] = b"GSW4";
 pub const NONCE_LEN: usize = 32;
 pub const TAG_LEN: usize = 32;
 /// Smallest max_frame a gateway accepts: HELLO and OPEN must always fit.

@@ -19,6 +19,7 @@ fn samples() -> Vec<Frame> {
             max_frame: 262_144,
             nonce: [7; 32],
             site: "bordeaux".into(),
+            sealed: true,
         },
         Frame::Auth { tag: [9; 32] },
         Frame::Open {
@@ -175,11 +176,12 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
     let entry = (any::<u32>(), any::<bool>(), data.clone())
         .prop_map(|(flow, fin, data)| BatchEntry { flow, fin, data });
     prop_oneof![
-        (any::<u32>(), any::<[u8; 32]>(), "[a-z0-9_-]{1,40}").prop_map(
-            |(max_frame, nonce, site)| Frame::Hello {
+        (any::<u32>(), any::<[u8; 32]>(), "[a-z0-9_-]{1,40}", any::<bool>()).prop_map(
+            |(max_frame, nonce, site, sealed)| Frame::Hello {
                 max_frame,
                 nonce,
-                site
+                site,
+                sealed
             }
         ),
         any::<[u8; 32]>().prop_map(|tag| Frame::Auth { tag }),

@@ -42,6 +42,11 @@ pub struct Opts {
     pub outage_limit_s: f64,
     /// `[wan] streams`.
     pub streams: u8,
+    /// `[wan] encryption`.
+    pub encryption: &'static str,
+    /// Beta's gateway_wan is 127.K.2.253 (a man in the middle the test runs)
+    /// instead of its wan_listen, 127.K.2.254.
+    pub via_proxy: bool,
 }
 
 impl Default for Opts {
@@ -55,6 +60,8 @@ impl Default for Opts {
             wan_socket_buffer: 0,
             outage_limit_s: 120.0,
             streams: 1,
+            encryption: "noise",
+            via_proxy: false,
         }
     }
 }
@@ -93,6 +100,7 @@ keepalive_ms = {ka}
 socket_buffer = {wsb}
 outage_limit_s = {olim:?}
 streams = {streams}
+encryption = "{enc}"
 [[site]]
 name = "alpha"
 subnet = "127.{k}.1.0/24"
@@ -102,7 +110,7 @@ gateway_wan = "127.{k}.1.254:{WAN_PORT}"
 name = "beta"
 subnet = "127.{k}.2.0/24"
 gateway_lan = "127.{k}.2.254:{LAN_PORT}"
-gateway_wan = "127.{k}.2.254:{WAN_PORT}"
+gateway_wan = "127.{k}.2.{beta_wan}:{WAN_PORT}"
 "#,
         strategy = o.strategy,
         psk = psk_path.display(),
@@ -113,6 +121,8 @@ gateway_wan = "127.{k}.2.254:{WAN_PORT}"
         wsb = o.wan_socket_buffer,
         olim = o.outage_limit_s,
         streams = o.streams,
+        enc = o.encryption,
+        beta_wan = if o.via_proxy { 253 } else { 254 },
     );
     let path = d.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
@@ -393,12 +403,16 @@ pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
         PSK,
         "alpha",
         65536,
+        true,
         |s| s == "beta",
         Duration::from_secs(2),
     )
     .await
     .unwrap();
     assert_eq!(peer.site, "beta");
+    gridsplitd::auth::secure(&mut conn, &peer, "alpha", true, PSK, Duration::from_secs(2))
+        .await
+        .unwrap();
     conn
 }
 
