@@ -158,6 +158,9 @@ class GatewaySettings:
     # `gateway config` picks the fewest that reach the link's rate at its loss
     # (capacity.wan_streams; docs/design/wan-striping.md).
     wan_streams: int = 0
+    # gridsplitd [wan] encryption: "noise" (every WAN byte sealed) or
+    # "insecure" (clear, trusted private WAN only; docs/design/wan-encryption.md).
+    encryption: str = "noise"
     # Which site pairs' connections are split: "auto" (those where the split model
     # predicts a gain and no loss; model.splitadvise.split_policy, docs/model.md §5.6) or "all".
     split: str = "auto"
@@ -409,7 +412,7 @@ WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_m
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_rto_min_us", "outage_limit_s", "wan_streams", "split")
+                "lan_rto_min_us", "outage_limit_s", "wan_streams", "split", "encryption")
 DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -621,6 +624,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
         wan_streams=_wan_streams(g),
         split=_split(g, routed),
+        encryption=g.string("encryption", "noise", ("noise", "insecure")),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

@@ -9,6 +9,7 @@ the JSON a gateway serves on its admin endpoint.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import urllib.error
 import urllib.request
@@ -186,6 +187,9 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         "# A link that loses its connection reconnects and resumes its flows; past this many seconds",
         "# without one, its flows are reset on both sides (docs/design/wan-sessions.md).",
         f"outage_limit_s = {g.outage_limit_s:g}",
+        "# Every byte after the PSK handshake sealed with Noise (NNpsk0, ChaCha20-Poly1305); \"insecure\" only on a",
+        "# trusted private WAN, and on both gateways alike (docs/design/wan-encryption.md).",
+        f'encryption = "{g.encryption}"',
         "# notsent_lowat = 0: the WAN socket holds about 5 ms of its link unsent (from bandwidth_bps), so the",
         "# strategy, not the kernel, decides what a small message waits behind (docs/architecture.md).",
         "",
@@ -222,9 +226,19 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
 
 
 def new_psk(path: Path) -> None:
-    """A fresh 256-bit pre-shared key, readable by root only."""
-    path.write_text(secrets.token_hex(32) + "\n")
-    path.chmod(0o600)
+    """A fresh 256-bit pre-shared key, readable by root only.
+
+    It is all a WAN link needs, encrypted or not: the HMAC challenge uses it,
+    and the Noise handshake (NNpsk0) mixes a key derived from it with fresh
+    ephemeral keys per connection (docs/design/wan-encryption.md). Written to
+    a temporary file and renamed, so a gateway reloading on SIGHUP never reads
+    half a key.
+    """
+    tmp = path.with_name(f".{path.name}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    os.replace(tmp, path)
 
 
 def fetch_status(url: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from .. import sysdeps
@@ -24,7 +25,9 @@ from ..lab.realize import gateway_status, load_state
 from ..netcheck.measure import load_report
 from ..netcheck.tuning import gateway_links
 from ..topology import load_topology
-from . import ADMIN, fetch_status, gateway_toml, nodes_conf
+from pathlib import Path
+
+from . import ADMIN, fetch_status, gateway_toml, new_psk, nodes_conf
 from .nodes import check_nodes_file
 
 
@@ -41,9 +44,22 @@ def gateway() -> None:
 @click.option("--admin", default=ADMIN, show_default=True, help="Admin endpoint (JSON /status, Prometheus /metrics).")
 @click.option("--from-netcheck", "netcheck_file", metavar="FILE",
               help="Take each WAN link's socket buffer, pacing rate, RTT and CC from a netcheck JSON report.")
-def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: str | None) -> None:
+@click.option("--new-key", is_flag=True,
+              help="Also write a fresh 256-bit key to --psk-file (refused if it exists); copy it to the other "
+                   "gateways over a secure channel. It is the only key a WAN link needs.")
+def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: str | None, new_key: bool) -> None:
     """Print the gridsplitd config of SITE's gateway (nodes read `gateway nodes-config`'s file instead)."""
     topo = load_topology(topology)
+    topo.site(site)
+    if new_key:
+        p = Path(psk_file)
+        if p.exists():
+            raise GridsplitError(f"{psk_file} exists: keep it (omit --new-key), or rotate it with "
+                                 f"`gridsplit gateway new-key --psk-file {psk_file}`")
+        if not p.parent.is_dir():
+            raise GridsplitError(f"{p.parent} is not a directory: create it (mkdir -p {p.parent}) or pass --psk-file")
+        new_psk(p)
+        click.echo(f"wrote a new WAN key to {psk_file} (mode 600): copy it to every other gateway", err=True)
     measured = None
     if netcheck_file:
         topo.site(site)
@@ -52,6 +68,19 @@ def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: s
             raise GridsplitError(f"{netcheck_file}: no measured pair involves site {site!r}; "
                                  f"run `gridsplit netcheck` on pairs with {site} first")
     click.echo(gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or ""), nl=False)
+
+
+@gateway.command("new-key")
+@click.option("--psk-file", required=True, help="The key file to replace (written to a temporary file, then renamed).")
+def new_key(psk_file: str) -> None:
+    """Rotate the WAN key: write a fresh key to PSK_FILE, then copy it to the other gateways and send each
+    gridsplitd SIGHUP (docs/deployment.md, "Keys"). Links that are up keep their flows."""
+    p = Path(psk_file)
+    if not p.parent.is_dir():
+        raise GridsplitError(f"{p.parent} is not a directory: create it or pass another --psk-file")
+    new_psk(p)
+    click.echo(f"wrote a new WAN key to {psk_file}; now copy it to every other gateway and run "
+               "`systemctl kill -s HUP gridsplitd` (or kill -HUP PID) on each", err=True)
 
 
 @gateway.command("nodes-config")
@@ -86,6 +115,12 @@ def render_status(st: dict, name: str) -> None:
               f"{c.get('flows_opened', 0)} opened, {c.get('flows_reset', 0)} reset; relayed out "
               f"{c.get('relayed_bytes_out', 0)} B, in {c.get('relayed_bytes_in', 0)} B; auth failures "
               f"{c.get('auth_failures', 0)}, WAN protocol errors {c.get('wan_protocol_errors', 0)}")
+    enc = st.get("encryption")
+    if enc:
+        out.print(f"WAN encryption: {enc}"
+                  + (f"; last handshake refusal: {escape(st['last_handshake_refusal'])}" if st.get("last_handshake_refusal") else ""))
+    for w in st.get("warnings") or []:
+        out.print(f"[bold red]warning:[/bold red] {escape(w)}")
     lan = st.get("lan") or {}
     if lan.get("window_budget"):
         out.print(f"LAN incast control: budget {lan['window_budget']} B over {lan.get('sockets_clamped', 0)} sockets, "
