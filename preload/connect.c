@@ -176,6 +176,23 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
     return finish_blocking(fd, s, (int)left, set);
 }
 
+/* On an unrouted grid a destination in no site of the node file (a site left out of
+ * the topology, or refused for an overlapping address plan) is reachable only if
+ * something outside the grid routes it: say so on stderr, then let the kernel try,
+ * so the connection succeeds or fails as it would without us. At most a few lines
+ * per process, whatever the number of such connects. */
+static void name_unknown_destination(const struct gs_addr *dst, uint16_t dport)
+{
+    static _Atomic int told;
+    if (atomic_fetch_add_explicit(&told, 1, memory_order_relaxed) >= 3)
+        return;
+    char dbuf[64];
+    gs_addr_format(dst, dport, dbuf, sizeof dbuf);
+    gs_log("connect to %s: the address is in no site of the node file, and the sites are not routed to "
+           "each other (routed no), so only a route outside the grid can carry it; if it belongs to a site, "
+           "add the site to the topology and rewrite the node file (gridsplit gateway nodes-config)", dbuf);
+}
+
 GS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     struct gs_slot *s = gs_slot_peek(fd);
@@ -200,6 +217,8 @@ GS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     const struct gs_config *cfg = gs_config();
     int site = cfg ? gs_config_classify(cfg, &dst) : -1;
     if (site < 0) {
+        if (cfg && !cfg->routed && gs_config_in_no_site(cfg, &dst))
+            name_unknown_destination(&dst, dport);
         errno = saved;
         return REAL(connect)(fd, addr, len);
     }

@@ -76,6 +76,7 @@ struct gs_site {
 struct gs_config {
     int nsites;
     int own; /* index of the own site in site[], -1 until chosen */
+    int routed; /* 0 after "routed no": the sites reach each other only through the gateways */
     struct gs_site site[GS_MAX_SITES];
 };
 
@@ -94,6 +95,9 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
 /* Index of the site a connection to dst must be redirected to, or -1 when the
  * connection is left alone (own site, loopback, unknown network, direct pair). */
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
+/* Non-zero when dst is in no site of the file and not loopback: on an unrouted grid
+ * such a destination can be reached only if something outside the grid routes it. */
+int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst);
 /* Non-zero when a is the host part of the own site's gateway_lan. */
 int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *a);
 

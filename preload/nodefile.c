@@ -5,6 +5,7 @@
  *
  *   # comments (lines whose first non-blank character is '#') and blank lines anywhere
  *   gridsplit-nodes 1
+ *   routed no
  *   site west 10.71.2.0/24 10.71.2.254:7100
  *   site east 10.71.1.0/24 10.71.1.254:7100 direct_to=west,north
  *
@@ -12,6 +13,9 @@
  * of [A-Za-z0-9_-], as gridsplitd requires), subnet (CIDR), gateway_lan
  * (ADDRESS:PORT, [v6]:PORT) and optionally the sites its connections stay direct
  * with (the split policy). Several lines may share a name, one per gateway.
+ * `routed no` (optional, before the sites) says the sites' subnets are not routed
+ * to each other ([addressing] routed = false): connect.c then names, on stderr, a
+ * destination that is in no site, since nothing but the gateways could carry it.
  *
  * Why a line format of our own rather than the gateway's TOML file: nodes need
  * four values per site, which gridsplit itself writes. Reading them out of TOML
@@ -81,8 +85,20 @@ static int valid_name(const char *s)
     return 1;
 }
 
+static int routed_line(struct gs_config *cfg, char **f, int nf, int line, char *err, size_t errlen)
+{
+    if (nf != 2 || (strcmp(f[1], "yes") != 0 && strcmp(f[1], "no") != 0))
+        return fail(err, errlen, line, "expected \"routed yes\" or \"routed no\"");
+    if (cfg->nsites)
+        return fail(err, errlen, line, "\"routed\" comes before the site lines");
+    cfg->routed = strcmp(f[1], "yes") == 0;
+    return 0;
+}
+
 static int site_line(struct gs_config *cfg, char **f, int nf, int line, char *err, size_t errlen)
 {
+    if (strcmp(f[0], "routed") == 0)
+        return routed_line(cfg, f, nf, line, err, errlen);
     if (strcmp(f[0], "site") != 0)
         return fail(err, errlen, line, "unknown entry \"%.64s\"; expected: " SITE_LINE, f[0]);
     if (nf < 4)
@@ -140,6 +156,7 @@ int gs_config_parse(const char *text, size_t len, struct gs_config *cfg, char *e
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->own = -1;
+    cfg->routed = 1;
     err[0] = 0;
     int line = 0, have_header = 0;
     for (const char *p = text, *end = text + len; p < end;) {

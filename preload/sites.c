@@ -69,6 +69,11 @@ static int site_of(const struct gs_config *cfg, const struct gs_addr *a)
     return best;
 }
 
+int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst)
+{
+    return !is_loopback(dst) && site_of(cfg, dst) < 0;
+}
+
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst)
 {
     int best = site_of(cfg, dst);

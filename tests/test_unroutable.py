@@ -170,6 +170,23 @@ def test_direct_connect_across_sites_fails_at_once(ulab, src, dst, port):
     assert what == "error 113" and took < 1.0, (what, took)  # EHOSTUNREACH, "No route to host"
 
 
+def test_a_destination_in_no_site_is_named_in_one_line(ulab):
+    """Issue 24: on an unrouted grid, a node connecting to an address of no site gets one
+    line from libgridsplit saying why, and the kernel's own error at once."""
+    from gridsplit.lab.names import LabNames
+    conf = LabNames.from_env().state_dir / "nodes.conf"
+    assert "\nrouted no\n" in conf.read_text()
+    env = ["env", f"LD_PRELOAD={ROOT / 'build' / 'libgridsplit.so'}", f"GRIDSPLIT_CONFIG={conf}"]
+    cp = in_ns("east-1", *env, "python3", "-c", CONNECT, "10.99.0.1", "5999")
+    lines = [l for l in cp.stderr.splitlines() if "in no site of the node file" in l]
+    assert len(lines) == 1 and "10.99.0.1:5999" in lines[0] and "nodes-config" in lines[0], cp.stderr
+    what, took = cp.stdout.split()[:-1], float(cp.stdout.split()[-1])
+    assert what[0] == "error" and took < 1.0, cp.stdout
+    # A node of another site is no such destination: it is relayed, and nothing is said.
+    cp = in_ns("east-1", *env, "python3", "-c", CONNECT, "10.71.2.1", "5999")
+    assert "in no site" not in cp.stderr
+
+
 def test_gateways_reach_each_other_and_their_own_nodes(ulab):
     what, _ = connect("east-gw", "10.71.2.254", 7200)
     assert what == "connected"

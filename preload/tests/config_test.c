@@ -116,6 +116,23 @@ static void test_site_with_two_gateways(void)
     CHECK(!gs_config_is_own_gateway(&cfg, &g3), "b's gateway is not a's");
 }
 
+/* "routed no": the sites reach each other only through the gateways; a destination
+ * in no site (and not loopback) is then named by connect(). */
+static void test_routed(void)
+{
+    CHECK(parse("gridsplit-nodes 1\nsite a 10.1.0.0/16 10.1.0.254:7100\n") == 0 && cfg.routed == 1, "routed by default");
+    CHECK(parse("gridsplit-nodes 1\nrouted no\nsite a 10.1.0.0/16 10.1.0.254:7100\nsite b 10.2.0.0/16 10.2.0.254:7100\n") == 0,
+          "%s", err);
+    CHECK(cfg.routed == 0, "routed no");
+    struct gs_addr out = ip("10.9.0.1"), in = ip("10.2.0.7"), lo = ip("127.0.0.1");
+    CHECK(gs_config_in_no_site(&cfg, &out) && !gs_config_in_no_site(&cfg, &in) && !gs_config_in_no_site(&cfg, &lo),
+          "in no site: only addresses outside every subnet and loopback");
+    expect_error("gridsplit-nodes 1\nrouted maybe\nsite a 10.1.0.0/16 10.1.0.254:7100\n",
+                 "line 2: expected \"routed yes\" or \"routed no\"");
+    expect_error("gridsplit-nodes 1\nsite a 10.1.0.0/16 10.1.0.254:7100\nrouted no\n",
+                 "line 3: \"routed\" comes before the site lines");
+}
+
 static void test_loopback_sites(void)
 {
     CHECK(parse("gridsplit-nodes 1\nsite a 127.0.1.0/24 127.0.1.254:1\nsite b 127.0.2.0/24 127.0.2.254:1\n") == 0,
@@ -259,6 +276,7 @@ int main(void)
     test_site_with_two_gateways();
     test_direct_to();
     test_loopback_sites();
+    test_routed();
     test_errors();
     test_load();
     printf("config_test: %d passed, %d failed\n", checks - failures, failures);

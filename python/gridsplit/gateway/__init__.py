@@ -128,7 +128,8 @@ def nodes_conf(topo: Topology, policy: bool = True) -> str:
     notes, rows = _site_rows(topo, policy)
     return nodes_file([NodeSite(s.name, str(s.subnet), f"{s.gateway_ip}:{g.lan_port}", [b for b, _ in mine],
                                 [f"{s.name}-{b}: {why}" for b, why in mine]) for s, mine in rows],
-                      [n[2:] for n in notes], f"`gridsplit gateway nodes-config` from topology {topo.name!r} ({topo.source})")
+                      [n[2:] for n in notes], f"`gridsplit gateway nodes-config` from topology {topo.name!r} ({topo.source})",
+                      routed=topo.routed)
 
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,

@@ -3,6 +3,7 @@
 A versioned header, then one line per site (docs/protocol.md §5):
 
     gridsplit-nodes 1
+    routed no                       (only where the sites are not routed to each other)
     site NAME SUBNET GATEWAY_LAN [direct_to=SITE,SITE]
 
 Nodes read it, not the gateway's TOML config: the library is C, loaded into
@@ -29,10 +30,15 @@ class NodeSite:
     why: list[str] = field(default_factory=list)  # comment lines above the site's line
 
 
-def nodes_file(sites: list[NodeSite], notes: tuple[str, ...] | list[str] = (), source: str = f"`{WRITER}`") -> str:
-    """The text of a node file for `sites`, `notes` as comments before them; `source` says who wrote it."""
+def nodes_file(sites: list[NodeSite], notes: tuple[str, ...] | list[str] = (), source: str = f"`{WRITER}`",
+               routed: bool = True) -> str:
+    """The text of a node file for `sites`, `notes` as comments before them; `source` says who wrote it.
+    `routed` False ([addressing] routed = false) adds `routed no`: the library then names a destination
+    that is in no site, which only a route outside the grid could carry."""
     lines = ["# gridsplit node file: the sites libgridsplit.so (GRIDSPLIT_CONFIG) steers connections between.",
              f"# Written by {source}. Gateways read their own TOML config.", HEADER,
+             *([] if routed else ["# the sites' subnets are not routed to each other, only through the gateways",
+                                  "routed no"]),
              "# site NAME SUBNET GATEWAY_LAN [direct_to=SITE,...]", *(f"# {n}" for n in notes)]
     for s in sites:
         lines += [f"# {w}" for w in s.why]
