@@ -133,7 +133,8 @@ pub struct LanParams {
     /// when whole segments do not fit.
     pub sub_segment: bool,
     /// The MSS the gateway offers its LAN senders (TCP_MAXSEG on the LAN
-    /// listener, so its SYN-ACKs carry it); 0 = the interface's. Meant for
+    /// listener, so its SYN-ACKs carry it); 0 = the interface's less 30 bytes,
+    /// so that a LAN segment relayed alone is one WAN segment (collect/mss.rs). Meant for
     /// sites where one full segment per sender does not fit `window_budget`;
     /// on the paper grid it measured worse than sub-segment windows
     /// (docs/deployment.md, "LAN MSS").
