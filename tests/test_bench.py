@@ -206,6 +206,20 @@ def test_report_renders_from_recorded_file(tmp_path):
     assert str(tmp_path / "rep" / "index.html") in cp.stdout
 
 
+def test_a_point_of_all_nodes_finds_its_row():
+    """`--nodes all` rows record the sender count they ran with and the point they belong to,
+    so a resumed sweep and `bench ab`'s table match them (row_key reads nodes_requested)."""
+    from gridsplit.bench.options import ALL_NODES
+    from gridsplit.bench.points import Point
+    from gridsplit.bench.results import row_key
+    p = Point("alltoall", "mpich", ALL_NODES, 10_000, 0, "direct", None, None)
+    row = {"op": "alltoall", "impl": "mpich", "nodes": 11, "nodes_requested": ALL_NODES, "size_bytes": 10_000,
+           "repeat": 0, "mode": "direct", "variant": None}
+    assert row_key(row) == p.key
+    old = {k: v for k, v in row.items() if k != "nodes_requested"}
+    assert row_key(old)[2] == 11   # rows written before the field: their own count
+
+
 def test_report_of_several_grids_keeps_them_apart(tmp_path):
     """Files of more than one topology make one matrix page: a heat map row per grid, cells that
     never pool two grids' points, and files of one grid (gather and alltoall) pooled."""

@@ -50,7 +50,8 @@ def median_of(vals) -> float | None:
 
 def row_key(row: dict[str, Any]) -> tuple:
     v = row.get("variant") or {}
-    return (row["op"], row["impl"], row["nodes"], row["size_bytes"], row["repeat"], row["mode"],
+    # The point's own node count: `--nodes all` is one key whatever the grid's size (older rows: nodes).
+    return (row["op"], row["impl"], row.get("nodes_requested", row["nodes"]), row["size_bytes"], row["repeat"], row["mode"],
             v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"), v.get("split"),
             v.get("ab"))
 
