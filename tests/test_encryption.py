@@ -118,15 +118,20 @@ def capture_transfer(tmp: Path, topo: str) -> tuple[bytes, dict, str]:
         dump = subprocess.Popen([*in_ns(names.wan_ns), "tcpdump", "-i", "any", "-s", "0", "-U", "-n", "-w", str(pcap),
                                  "tcp port 7200"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            # tcpdump says "listening on ..." once its capture runs.
-            line = dump.stderr.readline()
-            assert "listening" in line, line
-            server = subprocess.Popen([*in_ns(hosts["west-1"]["ns"]), sys.executable, "-c", SERVER, str(PORT)],
-                                      stdout=subprocess.PIPE, text=True)
-            assert server.stdout.readline().strip() == "ready"
-            dst = hosts["west-1"]["ip"]
+            # tcpdump says "listening on ..." once its capture runs (after a
+            # line naming the link type).
+            lines = [dump.stderr.readline() for _ in range(1)]
+            while "listening" not in lines[-1] and lines[-1] and len(lines) < 5:
+                lines.append(dump.stderr.readline())
+            assert "listening" in lines[-1], lines
+            # Both ends with the library: the accepting end's consumes the
+            # gateway's header (the original peer) inside accept().
             env = {**os.environ, "LD_PRELOAD": str(ROOT / "build" / "libgridsplit.so"),
                    "GRIDSPLIT_CONFIG": str(names.state_dir / "nodes.conf"), "GRIDSPLIT_SPLIT": "all"}
+            server = subprocess.Popen([*in_ns(hosts["west-1"]["ns"]), sys.executable, "-c", SERVER, str(PORT)],
+                                      stdout=subprocess.PIPE, text=True, env=env)
+            assert server.stdout.readline().strip() == "ready"
+            dst = hosts["west-1"]["ip"]
             cp = subprocess.run([*in_ns(hosts["east-1"]["ns"]), sys.executable, "-c", CLIENT, dst, str(PORT), "8000"], env=env,
                                 capture_output=True, text=True, timeout=60)
             assert cp.returncode == 0, cp.stderr
