@@ -249,7 +249,7 @@ def sshd_lab(lab, tmp_path_factory):
             f.close()
 
 
-def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"]) -> Path:
+def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"], extra: str = "", east_extra: str = "") -> Path:
     from gridsplit.lab.names import LabNames
     state_dir = LabNames.from_env().state_dir
     f = tmp_path / "hosts.toml"
@@ -259,8 +259,8 @@ def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"]) -> Path:
         f'options = ["-i", "{key}", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", '
         '"-o", "LogLevel=ERROR"]\n'
         '[mpi]\nimpl = ["openmpi"]\nopenmpi = "mpirun.openmpi"\ntcp_if_include = "10.71.0.0/16"\n'
-        f'nodes_config = "{state_dir / "nodes.conf"}"\n'
-        f'[[site]]\nname = "east"\nhosts = ["{east}"]\ngateway = "{HOSTS["east-gw"]}"\n'
+        f'nodes_config = "{state_dir / "nodes.conf"}"\n{extra}'
+        f'[[site]]\nname = "east"\nhosts = ["{east}"]\ngateway = "{HOSTS["east-gw"]}"\n{east_extra}'
         f'[[site]]\nname = "west"\nhosts = ["{HOSTS["west-1"]}"]\ngateway = "{HOSTS["west-gw"]}"\n')
     return f
 
@@ -327,3 +327,35 @@ def test_app_on_hosts_over_ssh(sshd_lab, tmp_path):
         assert r["placement"]["observed"] == {"0": "east-1", "1": "west-1"}
         assert len(r["cpu"]["ranks"]["per_rank"]) == 2
     assert set(apps[1]["cpu"]["gateways"]) == {"east", "west"}
+
+
+@pytest.mark.lab
+def test_a_silent_gateway_is_refused_or_started(sshd_lab, tmp_path):
+    # Last in this module: it stops the lab's east gateway. Without start = true that is one line;
+    # with it, the bench starts gridsplitd from the config over ssh, and a split run goes through it.
+    import signal
+    from gridsplit.lab.names import LabNames
+    from gridsplit.lab.realize import load_state
+    names = LabNames.from_env()
+    os.kill(load_state(names).data["pids"]["gw-east"], signal.SIGTERM)
+    args = ["--modes", "split", "--nodes", "1", "--sizes", "10K", "--reps", "3", "--no-report"]
+    cp = gridsplit("bench", "gather", "--hosts", str(hosts_file(tmp_path, sshd_lab)), *args,
+                   "--out", str(tmp_path / "a.jsonl"), check=False, timeout=120)
+    one_line_error(cp, f"gridsplitd on {HOSTS['east-gw']} (site east) does not answer on 127.0.0.1:7300")
+    started = None
+    try:
+        hosts = hosts_file(tmp_path, sshd_lab, extra=f'[gateways]\nstart = true\ngridsplitd = "{ROOT}/target/release/gridsplitd"\n'
+                           f'log = "{tmp_path}/gw.log"\n', east_extra=f'gateway_config = "{names.state_dir}/gw-east.toml"\n')
+        out = tmp_path / "b.jsonl"
+        cp = gridsplit("bench", "gather", "--hosts", str(hosts), *args, "--out", str(out), check=False, timeout=120)
+        ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-east-gw", "ss", "-Hltnp", "sport = :7300"],
+                            text=True, capture_output=True).stdout
+        started = int(ss.split("pid=")[1].split(",")[0]) if "pid=" in ss else None
+        assert cp.returncode == 0, cp.stdout + cp.stderr + (tmp_path / "gw.log").read_text()
+        meta, point = [json.loads(l) for l in out.read_text().splitlines()]
+        assert meta["hosts"]["gateways"]["east"]["started_by_bench"] is True
+        assert meta["hosts"]["gateways"]["west"]["started_by_bench"] is False
+        assert point["mode"] == "split" and point["cpu"]["gateways"]["east"]["cpu_s"] > 0
+    finally:
+        if started:
+            os.kill(started, signal.SIGTERM)
