@@ -8,7 +8,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PY ?= python3
 APT_PKGS := mpich libmpich-dev openmpi-bin libopenmpi-dev iperf3 ethtool iproute2 iputils-ping openssh-client dropbear-bin \
-            util-linux hostname procps haproxy build-essential pkg-config tcpdump
+            util-linux hostname procps haproxy build-essential pkg-config tcpdump slurm-wlm
 export GRIDSPLIT_LAB_PREFIX ?= gs
 
 .PHONY: all deps build demo test test-rust test-c test-py clean apps
