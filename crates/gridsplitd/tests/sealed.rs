@@ -218,3 +218,47 @@ async fn two_insecure_gateways_relay() {
     .await
     .expect("timed out");
 }
+
+/// Key rotation (SIGHUP calls `reload_key`): the link that is up keeps
+/// relaying; a new connection must use the new key, and the old one is
+/// refused; a bad key file is refused and the old key stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_key_is_used_by_new_connections_and_spares_the_link_up() {
+    within(30, async {
+        let k = 65;
+        let (a, b) = pair(k, &Opts::default()).await;
+        let new_key = b"a-new-key-0123456789abcdef";
+        for (g, name) in [(&a, "alpha"), (&b, "beta")] {
+            std::fs::write(dir(k).join(format!("psk-{name}")), new_key).unwrap();
+            g.shared.reload_key().unwrap();
+        }
+        assert!(b.shared.link_to("alpha").is_some_and(|l| l.is_up()));
+        one_way(k, 1, 10, 1 << 20, 4).await;
+        // A new connection with the old key is refused; with the new one it passes.
+        let dial = |key: &'static [u8]| async move {
+            let (mut c, _) = gridsplitd::transfer::tcp::TcpConn::connect(
+                Some(ip(k, 1, 254)),
+                addr(k, 2, 254, WAN_PORT),
+                &gridsplitd::config::WanParams::default(),
+                65536,
+                Duration::from_secs(2),
+            )
+            .await
+            .unwrap();
+            gridsplitd::auth::handshake(&mut c, key, "alpha", 65536, true, |s| s == "beta", Duration::from_secs(2))
+                .await
+                .map(|_| ())
+        };
+        assert!(matches!(dial(PSK).await, Err(gridsplitd::auth::AuthError::BadTag)));
+        assert!(dial(new_key).await.is_ok());
+        // A key file that is too short: refused in one line, the key in use stays.
+        std::fs::write(dir(k).join("psk-beta"), b"short").unwrap();
+        let e = b.shared.reload_key().unwrap_err().to_string();
+        assert!(e.contains("too short"), "{e}");
+        assert_eq!(&**b.shared.psk(), new_key);
+        a.stop().await;
+        b.stop().await;
+    })
+    .await
+    .expect("timed out");
+}
