@@ -1,23 +1,20 @@
-"""`gridsplit gateway ...` and `gridsplit run`: operating gateways and nodes.
+"""`gridsplit gateway ...`: operating gateways.
 
 `gateway config` writes a site's gridsplitd config from a topology (lab or real
 deployment), `gateway nodes-config` the node file every node's libgridsplit.so
-reads, `gateway status` renders a gateway's /status JSON, and `run` prepares an
-MPI launch on a real cluster so that the ranks, and only the ranks, load
-libgridsplit.so.
+reads, `gateway new-key` rotates the WAN key, and `gateway status` renders a
+gateway's /status JSON. `gridsplit run` (launching ranks with the library) is in
+launch.py.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
+from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from .. import sysdeps
 from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..lab.names import LabNames
@@ -25,10 +22,8 @@ from ..lab.realize import gateway_status, load_state
 from ..netcheck.measure import load_report
 from ..netcheck.tuning import gateway_links
 from ..topology import load_topology
-from pathlib import Path
 
 from . import ADMIN, fetch_status, gateway_toml, new_psk, nodes_conf
-from .nodes import check_nodes_file
 
 
 @click.group()
@@ -171,63 +166,3 @@ def render_status(st: dict, name: str) -> None:
             t.add_row(*[str(f.get(k, "")) for k in ("id", "peer", "origin", "src", "dst", "state", "bytes_out",
                                                       "bytes_in", "queued_bytes", "frames_out", "credit")])
         out.print(t)
-
-
-def _launcher_kind(argv0: str) -> str | None:
-    """'mpich' (hydra), 'openmpi', or None for a command that is not an MPI launcher."""
-    base = os.path.basename(argv0)
-    if not base.startswith(("mpiexec", "mpirun", "orterun")):
-        return None
-    exe = shutil.which(argv0)
-    if exe is None:
-        raise GridsplitError(f"{argv0}: not found in PATH")
-    try:
-        ver = subprocess.run([exe, "--version"], text=True, capture_output=True, timeout=20).stdout
-    except subprocess.TimeoutExpired:
-        return None
-    if "Open MPI" in ver or "OpenRTE" in ver:
-        return "openmpi"
-    if "HYDRA" in ver or "MPICH" in ver:
-        return "mpich"
-    return None
-
-
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The node file (as written by `gridsplit gateway nodes-config`).")
-@click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
-@click.option("--split", "split", default="policy", show_default=True, type=click.Choice(["policy", "all"]),
-              help="policy: the config's split policy (site pairs listed in a direct_to stay direct); all: split "
-                   "every cross-site connection.")
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(config_path: str, lib: str | None, split: str, cmd: tuple[str, ...]) -> None:
-    """Run CMD (typically mpiexec/mpirun) with the ranks' connections split at the gateways.
-
-    \b
-    For MPICH's and Open MPI's launchers the library is passed to the ranks
-    only (-genv / -x), so the launcher's own ssh connections are left alone;
-    any other command gets it in its environment.
-      gridsplit run --config /etc/gridsplit/nodes.conf -- mpiexec -f hosts -n 64 ./app
-    """
-    argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
-    if not argv:
-        raise GridsplitError("no command given; usage: gridsplit run --config FILE -- mpiexec ...")
-    libpath = os.path.abspath(lib or sysdeps.built("libgridsplit.so"))
-    cfg = os.path.abspath(config_path)
-    check_nodes_file(cfg)
-    kind = _launcher_kind(argv[0])
-    env = dict(os.environ)
-    if kind == "mpich":
-        argv = [argv[0], "-genv", "LD_PRELOAD", libpath, "-genv", "GRIDSPLIT_CONFIG", cfg,
-                "-genv", "GRIDSPLIT_SPLIT", split, *argv[1:]]
-    elif kind == "openmpi":
-        argv = [argv[0], "-x", f"LD_PRELOAD={libpath}", "-x", f"GRIDSPLIT_CONFIG={cfg}", "-x",
-                f"GRIDSPLIT_SPLIT={split}", *argv[1:]]
-    else:
-        env.update(LD_PRELOAD=libpath, GRIDSPLIT_CONFIG=cfg, GRIDSPLIT_SPLIT=split)
-    click.echo(f"gridsplit run: {'ranks of ' + kind + ' launcher' if kind else 'command'} get LD_PRELOAD={libpath} "
-               f"GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={split}", err=True)
-    try:
-        os.execvpe(argv[0], argv, env)
-    except FileNotFoundError:
-        raise GridsplitError(f"{argv[0]}: not found in PATH") from None
