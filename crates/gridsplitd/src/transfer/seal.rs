@@ -76,9 +76,9 @@ pub fn prologue(initiator: &str, responder: &str, init_nonce: &[u8], resp_nonce:
 /// What can go wrong while opening a lane's messages.
 #[derive(Debug, thiserror::Error)]
 pub enum CryptoError {
-    #[error("WAN message {0} failed authentication (tampered, replayed, reordered or cut): closing the connection")]
+    #[error("WAN message {0} failed authentication (tampered, replayed, reordered or cut)")]
     Forged(u64),
-    #[error("WAN message length {0} is below the {TAG}-byte tag: closing the connection")]
+    #[error("WAN message length {0} is below the {TAG}-byte tag (not a sealed stream)")]
     Short(usize),
     #[error("Noise handshake failed: {0}")]
     Handshake(String),
