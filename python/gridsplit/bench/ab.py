@@ -38,9 +38,9 @@ from .sweep import OPS, Point, run_plan
 
 # A side's keys and how each is read: gateway settings (as the sweep's flags take them),
 # the split policy of the ranks, the gridsplitd binary, and a label.
-KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "wan_streams", "split", "label")
+KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "wan_streams", "split", "encryption", "label")
 CHOICES = {"strategy": STRATEGIES, "congestion": ("cubic", "reno", "bbr"), "lan_tuning": ("on", "off"),
-           "split": ("policy", "all")}
+           "split": ("policy", "all"), "encryption": ("noise", "insecure")}
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,8 @@ def plan(op: str, topo_gateways, sides: tuple[Side, Side], impls: list[str], nod
             s = side.settings
             pts += [Point(op, i, n, m, r, "split", s.get("strategy", g.strategy), s.get("congestion", g.congestion),
                           s.get("lan_tuning", g.lan_tuning), s.get("wan_streams", g.wan_streams),
-                          s.get("split", "policy"), ab=side.label, gridsplitd=side.gridsplitd)
+                          s.get("split", "policy"), ab=side.label, gridsplitd=side.gridsplitd,
+                          encryption=s.get("encryption", g.encryption))
                     for i, n, m in cells]
     return pts
 
@@ -192,7 +193,7 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     """Compare two gridsplitd builds or two gateway settings in alternating rounds.
 
     Each side is KEY=VALUE,... with keys gridsplitd (a binary, e.g. another commit's build),
-    strategy, congestion, lan_tuning (on/off), wan_streams (auto/1..16), split (policy/all) and
+    strategy, congestion, lan_tuning (on/off), wan_streams (auto/1..16), split (policy/all), encryption (noise/insecure) and
     label. Example: `gridsplit bench ab gather --b gridsplitd=/tmp/old/target/release/gridsplitd`.
     The table gives B/A per point: the median and min-max of the per-round ratios (docs/bench.md).
     """

@@ -56,6 +56,8 @@ class Point:
     # `bench ab`: the side's label and the gridsplitd it runs (None: this checkout's build).
     ab: str | None = None
     gridsplitd: str | None = None
+    # `bench ab`: [gateways] encryption of the side ("noise" or "insecure"; None: the topology's).
+    encryption: str | None = None
 
     @property
     def variant(self) -> dict[str, Any] | None:
@@ -64,12 +66,12 @@ class Point:
             return None
         v = {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
              "wan_streams": self.streams, "split": self.split}
-        return {**v, "ab": self.ab, "gridsplitd": self.gridsplitd} if self.ab else v
+        return {**v, "ab": self.ab, "gridsplitd": self.gridsplitd, "encryption": self.encryption} if self.ab else v
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan, self.streams, self.split, self.ab)
+                self.lan, self.streams, self.split, self.ab, self.encryption)
 
 
 # -- placement and physics -----------------------------------------------------

@@ -177,7 +177,7 @@ def gateway_binary(data: dict) -> str:
 def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides: str | bool | int) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
-    `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning, wan_streams). Benchmarks
+    `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning, wan_streams, encryption). Benchmarks
     use this to compare strategies and WAN tuning on one unchanged lab, so the
     network under test stays the same between variants. `gridsplitd` is the binary
     to run (None: this checkout's build); the state records it.
@@ -185,10 +185,10 @@ def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides
     sites = state.data.get("gateways") or []
     if not sites:
         raise GridsplitError("this lab has no gateways to restart (topology without gateway = true, or `lab up --no-gateways`)")
-    bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning", "wan_streams")}
+    bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning", "wan_streams", "encryption")}
     if bad:
         raise GridsplitError(f"cannot override gateway setting(s) {', '.join(sorted(bad))}; "
-                             "only strategy, congestion, lan_tuning and wan_streams")
+                             "only strategy, congestion, lan_tuning, wan_streams and encryption")
     names = state.names
     with _lock(names):
         current = json.loads(names.state_file.read_text())  # as it is now: faults may have changed it
