@@ -41,7 +41,8 @@ def run_split_pairs(topo: Topology, lab: dict[str, Any], src: str) -> set[frozen
     if recorded is None:
         raise GridsplitError(f"{src}: the meta row does not record the lab's split policy (a run before it was "
                              f"recorded); rerun it with `gridsplit bench app`")
-    return {_pair(*k.split("-", 1)) for k, why in recorded.items() if why.startswith("split")}
+    # keys are "A-B" in the topology's WAN order (lab.realize); site names may hold '-', so match the links
+    return {_pair(w.a, w.b) for w in topo.wans if recorded.get(f"{w.a}-{w.b}", "").startswith("split")}
 
 
 def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> list[dict[str, Any]]:
