@@ -206,6 +206,20 @@ def test_report_renders_from_recorded_file(tmp_path):
     assert str(tmp_path / "rep" / "index.html") in cp.stdout
 
 
+def test_relay_report_renders_a_committed_run():
+    """bench relay's summary, table and write-up (relayreport.py) from the committed run's raw rounds."""
+    from rich.console import Console
+    from gridsplit.bench import relayreport as R
+    doc = json.loads((ROOT / "results/relay/2026-11-22-vm-run4.json").read_text())
+    s = R.summarize(doc["runs"])
+    con = Console(record=True, width=200)
+    con.print(R.table(s, 5))
+    text = con.export_text()
+    assert "added RTT per relay hop" in text and "gridsplitd" in text
+    md = R.markdown(doc)
+    assert md.startswith("# Relay benchmark") and "haproxy" in md.lower()
+
+
 def test_a_point_of_all_nodes_finds_its_row():
     """`--nodes all` rows record the sender count they ran with and the point they belong to,
     so a resumed sweep and `bench ab`'s table match them (row_key reads nodes_requested)."""
