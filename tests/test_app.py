@@ -109,6 +109,41 @@ def test_app_both_modes_pass_fail_and_timeout(lab, tmp_path):
     assert "matched nothing" in line[0] and "elapsed" in line[0]
 
 
+@pytest.mark.lab
+@pytest.mark.mpi
+def test_app_ab_of_two_gateway_settings(lab, tmp_path):
+    """`bench app --a/--b`: each round runs direct, then the two sides in alternating order, the lab's
+    gateways restarted with each; rows carry the side's label and the summary gives B/A per round."""
+    if not Path(TOY).exists():
+        pytest.skip("mpi/apptoy not built (make build)")
+    out = tmp_path / "ab.jsonl"
+    cp = gridsplit("bench", "app", "-t", "mini", "-k", "2", *PATTERNS, "--a", "lan_tuning=on,label=clamps",
+                   "--b", "lan_tuning=off,label=free", "--out", str(out), "--no-report", "--", TOY, "-r", "3",
+                   timeout=240)
+    rows = [r for r in read_rows(out) if r["kind"] == "app"]
+    order = [(r["repeat"], r["mode"], (r["variant"] or {}).get("ab")) for r in rows]
+    assert order == [(0, "direct", None), (0, "split", "clamps"), (0, "split", "free"),
+                     (1, "direct", None), (1, "split", "free"), (1, "split", "clamps")]
+    assert all(r["status"] == "ok" and r["verified"] is True for r in rows)
+    assert [(r["variant"] or {}).get("lan_tuning") for r in rows if r["mode"] == "split"] == [True, False, False, True]
+    assert "free/clamps" in cp.stdout and "over 2 rounds" in cp.stdout
+    meta = read_rows(out)[0]
+    assert meta["ab"]["a"]["label"] == "clamps" and meta["ab"]["b"]["lan_tuning"] is False
+    assert {s["variant"] for s in summarize_apps(rows)} == {"clamps", "free"}
+
+
+def test_app_ab_bad_input_is_one_line():
+    line = _one_line(gridsplit("bench", "app", "--a", "lan_tuning=off", "--", TOY, check=False))
+    assert "needs both --a and --b" in line
+    line = _one_line(gridsplit("bench", "app", "--a", "lan_tuning=on", "--b", "lan_tuning=on", "--", TOY, check=False))
+    assert "same gateways" in line
+    line = _one_line(gridsplit("bench", "app", "--a", "colour=red", "--b", "label=x", "--", TOY, check=False))
+    assert "is not KEY=VALUE" in line
+    line = _one_line(gridsplit("bench", "app", "--modes", "direct", "--a", "label=x", "--b", "label=y", "--", TOY,
+                               check=False))
+    assert "keep split in --modes" in line
+
+
 def test_mpi4py_outcomes_and_their_diff(tmp_path):
     """Per-rank outcomes merge worst-first, and a test whose outcome differs between modes is named."""
     import json

@@ -93,6 +93,16 @@ def parse_side(default_label: str, text: str) -> Side:
     return Side(items.get("label") or default_label, binary, settings)
 
 
+def parse_sides(side_a: str, side_b: str) -> tuple[Side, Side]:
+    """--a and --b, which must differ in their gateways and in their labels."""
+    a, b = parse_side("A", side_a), parse_side("B", side_b)
+    if a.label == b.label:
+        raise GridsplitError(f"both sides are labelled {a.label!r}; give one another label=NAME")
+    if (a.gridsplitd, a.settings) == (b.gridsplitd, b.settings):
+        raise GridsplitError("--a and --b describe the same gateways; change a setting or the gridsplitd binary")
+    return a, b
+
+
 def _digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
@@ -102,6 +112,14 @@ def _version(path: str) -> str:
         return subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return ""
+
+
+def side_point(side: Side, g, op: str, impl: str, nodes: int, size: int, repeat: int) -> Point:
+    """The split run of `side` (settings over the topology's gateways `g`), as the sweep and `bench app` run it."""
+    s = side.settings
+    return Point(op, impl, nodes, size, repeat, "split", s.get("strategy", g.strategy), s.get("congestion", g.congestion),
+                 s.get("lan_tuning", g.lan_tuning), s.get("wan_streams", g.wan_streams), s.get("split", "policy"),
+                 ab=side.label, gridsplitd=side.gridsplitd, encryption=s.get("encryption", g.encryption))
 
 
 def plan(op: str, topo_gateways, sides: tuple[Side, Side], impls: list[str], nodes: list[int], sizes: list[int],
@@ -118,12 +136,7 @@ def plan(op: str, topo_gateways, sides: tuple[Side, Side], impls: list[str], nod
         if direct:
             pts += [Point(op, i, n, m, r, "direct", None, None) for i, n, m in cells]
         for side in (sides if r % 2 == 0 else sides[::-1]):
-            s = side.settings
-            pts += [Point(op, i, n, m, r, "split", s.get("strategy", g.strategy), s.get("congestion", g.congestion),
-                          s.get("lan_tuning", g.lan_tuning), s.get("wan_streams", g.wan_streams),
-                          s.get("split", "policy"), ab=side.label, gridsplitd=side.gridsplitd,
-                          encryption=s.get("encryption", g.encryption))
-                    for i, n, m in cells]
+            pts += [side_point(side, g, op, i, n, m, r) for i, n, m in cells]
     return pts
 
 
@@ -199,11 +212,7 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     """
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     signal.signal(signal.SIGTERM, _interrupt)
-    a, b = parse_side("A", side_a), parse_side("B", side_b)
-    if a.label == b.label:
-        raise GridsplitError(f"both sides are labelled {a.label!r}; give one another label=NAME")
-    if (a.gridsplitd, a.settings) == (b.gridsplitd, b.settings):
-        raise GridsplitError("--a and --b describe the same gateways; change a setting or the gridsplitd binary")
+    a, b = parse_sides(side_a, side_b)
     sysdeps.need_root("gridsplit bench ab")
     topo = load_topology(topology, None, scale)
     if out is None:

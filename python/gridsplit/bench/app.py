@@ -35,7 +35,9 @@ from ..inventory import Inventory
 from ..lab.mpi import IMPLS, TIMED_OUT
 from ..topology import Host, Topology, load_topology
 from . import options as O
+from .ab import Side, parse_sides, side_point
 from .appresults import build_app_report, render_app_summary, summarize_apps
+from .appsummary import side_ratios
 from .apppresets import DATA, PRESETS, App, check_built_for, preset_names
 from .grid import lab_grid
 from .hosts import check_impls, hosts_grid, hosts_topology
@@ -255,7 +257,10 @@ def check_patterns(row: dict[str, Any], app: App, patterns: dict[str, re.Pattern
 
 def bench_app(apps: list[tuple[App, list[str]]], topology: str, scale: float | None, repeat: int, ranks: int | None,
               rule: str, hosts: list[str] | None, timeout: float | None, modes: list[str], out: Path,
-              con: Console, requested: dict[str, Any], inventory: Inventory | None = None) -> list[dict[str, Any]]:
+              con: Console, requested: dict[str, Any], inventory: Inventory | None = None,
+              sides: tuple[Side, Side] | None = None) -> list[dict[str, Any]]:
+    """Every run, in rounds: each mode in alternating order, or with `sides` (an A/B of gateway builds or
+    settings, as `bench ab`) direct and then the two sides, A first in even rounds and B first in odd ones."""
     if inventory is None:
         sysdeps.need_root("gridsplit bench app")
         topo = load_topology(topology, None, scale)
@@ -274,21 +279,30 @@ def bench_app(apps: list[tuple[App, list[str]]], topology: str, scale: float | N
             "kind": "meta", "schema": SCHEMA, "op": "app", "topology_spec": topology, **grid.meta(),
             "machine": machine.facts(), "command": sys.argv, "requested": requested,
             "rank_env": {i: grid.rank_env.get(i, {}) for i in IMPLS},
+            **({"ab": {"a": sides[0].describe(), "b": sides[1].describe()}} if sides else {}),
         }) + "\n")
         f.flush()
         for k in range(repeat):
-            order = list(modes) if k % 2 == 0 else list(reversed(modes))
+            order: list[tuple[str, Side | None]] = [(m, None) for m in (modes if k % 2 == 0 else modes[::-1])]
+            if sides:
+                order = [(m, None) for m in modes if m == "direct"] + \
+                        [("split", s) for s in (sides if k % 2 == 0 else sides[::-1])]
             for app, impl in [(a, i) for a, ai in apps for i in ai]:
                 n = ranks or app.ranks
                 placed = place_on(grid.sites, grid.nodes, grid.where, n, rule, hosts)
                 patterns = {"time": compile_pattern("--time-pattern", app.time_pattern),
                             "pass": compile_pattern("--pass-pattern", app.pass_pattern),
                             "same": compile_pattern("--same-pattern", app.same_pattern)}
-                for j, mode in enumerate(order):
-                    con.print(f"[dim]·[/dim] round {k + 1}/{repeat}: {app.name} {impl} {mode}, {n} ranks on "
-                              f"{', '.join(h.name for h in placed[:n])}")
+                for j, (mode, side) in enumerate(order):
+                    con.print(f"[dim]·[/dim] round {k + 1}/{repeat}: {app.name} {impl} {side.label if side else mode}, "
+                              f"{n} ranks on {', '.join(h.name for h in placed[:n])}")
+                    point = side and side_point(side, grid.topo.gateways, "app", impl, n, 0, k)
+                    if point:
+                        grid.prepare(point, con.print)
                     row = run_one(grid, app, impl, mode, k, j, placed, n, rule,
                                   timeout or app.timeout, patterns, con)
+                    if point:
+                        row["variant"] = point.variant
                     if row["status"] == "ok" and app.name not in checked:
                         check_patterns(row, app, patterns, _last_line("\n".join(row["output_tail"])))
                         checked.add(app.name)
@@ -349,6 +363,11 @@ def _interrupt(signum, frame):
 @click.option("--mpi4py-tests", default=None, metavar="all|MODULE,...",
               help="The mpi4py suite's modules to run (default: those that move data between ranks: "
                    "p2p_obj, cco_obj, comm, msgzero; all: the whole suite, tens of minutes in the lab).")
+@click.option("--a", "side_a", default=None, metavar="KEY=VALUE,...",
+              help="An A/B of two gateway builds or settings instead of one split mode (lab only): side A, with "
+                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, wan_streams, split, encryption, "
+                   "label); each round runs direct, then A and B in alternating order.")
+@click.option("--b", "side_b", default=None, metavar="KEY=VALUE,...", help="Side B of --a's A/B.")
 @click.option("--prepare", is_flag=True, help="Only check and build the presets (e.g. mpi4py per MPI), then exit.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSONL result file (default: gridsplit-out/bench/DATE-TIME-TOPOLOGY-app.jsonl).")
@@ -357,7 +376,7 @@ def _interrupt(signum, frame):
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def app_cmd(ctx, preset, name, topology, scale, impls, ranks, placement, hosts, repeat, modes, timeout, time_pattern,
-            pass_pattern, same_pattern, mpi4py_tests, prepare, out, make_report, cmd):
+            pass_pattern, same_pattern, mpi4py_tests, side_a, side_b, prepare, out, make_report, cmd):
     """Run an MPI application direct and split, side by side, in interleaved rounds.
 
     Either a preset (--preset lammps-lj|lammps-pppm|hpcc|mpi4py|all) or any
@@ -377,6 +396,16 @@ def app_cmd(ctx, preset, name, topology, scale, impls, ranks, placement, hosts, 
         impls = impls or ["openmpi"]
     else:
         hosts, topology, impls = None, hosts_topology(inventory), check_impls(inventory, impls)
+    sides = None
+    if side_a is not None or side_b is not None:
+        if side_a is None or side_b is None:
+            raise GridsplitError("an A/B needs both --a and --b (e.g. --a gridsplitd=/tmp/old/gridsplitd --b label=new)")
+        if inventory is not None:
+            raise GridsplitError("--a/--b restart the lab's gateways with each side; real hosts' gateways run their "
+                                 "own config: compare two builds there by running the bench once with each")
+        if "split" not in modes:
+            raise GridsplitError("--a/--b are two split modes; keep split in --modes")
+        sides = parse_sides(side_a, side_b)
     cmd = list(cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -397,11 +426,17 @@ def app_cmd(ctx, preset, name, topology, scale, impls, ranks, placement, hosts, 
     requested = {"preset": preset, "command": cmd, "impls": impls, "ranks": ranks, "placement": placement,
                  "hosts": hosts, "hosts_file": inventory and str(inventory.path), "repeat": repeat, "modes": modes, "timeout_s": timeout,
                  "time_pattern": time_pattern, "pass_pattern": pass_pattern, "same_pattern": same_pattern,
-                 "mpi4py_tests": mpi4py_tests}
+                 "mpi4py_tests": mpi4py_tests, "sides": [s.describe() for s in sides] if sides else None}
     n = ranks or (len(hosts) if hosts else None)
-    rows = bench_app(apps, topology, scale, repeat, n, placement, hosts, timeout, modes, out, con, requested, inventory)
+    rows = bench_app(apps, topology, scale, repeat, n, placement, hosts, timeout, modes, out, con, requested, inventory,
+                     sides)
     summary = summarize_apps(rows)
     render_app_summary(summary, con, f"bench app: split vs direct, medians over rounds ({out})")
+    if sides:
+        a, b = sides[0].label, sides[1].label
+        for s in side_ratios(rows, a, b):
+            con.print(f"{s['app']} {s['impl']}: {b}/{a} {s['ratio']:.3f} ({s['ratio_min']:.3f}-{s['ratio_max']:.3f}) "
+                      f"over {s['rounds']} rounds")
     con.print(f"results: {out}")
     if make_report:
         con.print(f"report: {build_app_report([out], out.with_suffix(''))}")

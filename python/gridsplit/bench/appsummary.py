@@ -83,6 +83,20 @@ def summarize_apps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def side_ratios(rows: list[dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
+    """`bench app --a/--b`: per (app, impl), B's time over A's per round (the two sides ran in the same
+    round, back to back), median and min-max over rounds."""
+    by: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for r in _ok([r for r in rows if r.get("kind") == "app" and r["mode"] == "split"]):
+        by[(r["app"], r["impl"], r["repeat"])][(r.get("variant") or {}).get("ab")] = r["time_s"]
+    ratios: dict[tuple, list[float]] = defaultdict(list)
+    for (app, impl, _), t in sorted(by.items()):
+        if t.get(a) and b in t:
+            ratios[(app, impl)].append(t[b] / t[a])
+    return [{"app": app, "impl": impl, "ratio": statistics.median(x), "ratio_min": min(x), "ratio_max": max(x),
+             "rounds": len(x)} for (app, impl), x in ratios.items()]
+
+
 def correctness(s: dict[str, Any]) -> str:
     """One cell: verified counts, identical results or test sets, timeouts and failures."""
     parts = []
