@@ -11,6 +11,10 @@ import json
 import os
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -64,3 +68,58 @@ def lab():
     status = json.loads(gridsplit("lab", "status", "--json").stdout)
     yield status
     gridsplit("lab", "down")
+
+
+@contextmanager
+def dropbear_hosts(tmp: Path, hosts: dict[str, str]) -> Iterator[Path]:
+    """A real ssh server on each lab host (name -> address), listening only on that address; yields the
+    client key. dropbear (Debian's dropbear-bin: the programs, no system service) runs in the host's
+    namespace, in private mount and UTS namespaces where /root is a throw-away home holding this key
+    (and, for an MPI launcher's own ssh between the hosts, the key and a no-prompt config) and the
+    hostname is the host's, so neither the machine's sshd nor root's real ~/.ssh is involved.
+    Stopped by PID."""
+    key = tmp / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    home = tmp / "home"
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(parents=True, mode=0o700)
+    home.chmod(0o700)
+    (ssh_dir / "authorized_keys").write_text((tmp / "id_ed25519.pub").read_text())
+    (ssh_dir / "id_ed25519").write_bytes(key.read_bytes())
+    (ssh_dir / "config").write_text("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nLogLevel ERROR\n"
+                                    "BatchMode yes\n")
+    for f in ssh_dir.iterdir():
+        f.chmod(0o600)
+    procs, logs = [], []
+    try:
+        for host, addr in hosts.items():
+            hostkey = tmp / f"{host}.key"
+            subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(hostkey)], check=True, capture_output=True)
+            # -P: a pid file of our own, not dropbear's default in the host's /var/run.
+            script = ('mount --bind "$1" /root && hostname "$5" && '
+                      'exec dropbear -F -E -s -m -p "$2:22" -r "$3" -P "$4"')
+            logs.append((tmp / f"{host}.log").open("w"))
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", f"{PREFIX}-{host}", "unshare", "--mount", "--uts", "--propagation", "private",
+                 "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp / f"{host}.pid"), host],
+                stdout=subprocess.DEVNULL, stderr=logs[-1]))
+            for _ in range(50):
+                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", "sport = :22"],
+                                    capture_output=True, text=True).stdout
+                if addr in ss:
+                    break
+                assert procs[-1].poll() is None, (tmp / f"{host}.log").read_text()
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"dropbear did not listen on {addr}:22: {(tmp / f'{host}.log').read_text()}")
+        yield key
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PREFIX, gridsplit, needs_root
+from conftest import PREFIX, dropbear_hosts, gridsplit, needs_root
 
 ROOT = Path(__file__).parent.parent
 
@@ -201,52 +201,8 @@ HOSTS = {"east-1": "10.71.1.1", "west-1": "10.71.2.1", "east-gw": "10.71.1.254",
 def sshd_lab(lab, tmp_path_factory):
     """The mini lab with an ssh server on one node per site and on both gateways. Stopped by PID."""
     needs_root()
-    tmp = tmp_path_factory.mktemp("sshd")
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    home = tmp / "home"
-    ssh_dir = home / ".ssh"
-    ssh_dir.mkdir(parents=True, mode=0o700)
-    home.chmod(0o700)
-    (ssh_dir / "authorized_keys").write_text((tmp / "id_ed25519.pub").read_text())
-    # The MPI launcher's own ssh between the hosts: this key, no host key prompts.
-    (ssh_dir / "id_ed25519").write_bytes(key.read_bytes())
-    (ssh_dir / "config").write_text("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nLogLevel ERROR\n"
-                                    "BatchMode yes\n")
-    for f in ssh_dir.iterdir():
-        f.chmod(0o600)
-    procs, logs = [], []
-    try:
-        for host, addr in HOSTS.items():
-            hostkey = tmp / f"{host}.key"
-            subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(hostkey)], check=True, capture_output=True)
-            script = ('mount --bind "$1" /root && hostname "$5" && '
-                      'exec dropbear -F -E -s -m -p "$2:22" -r "$3" -P "$4"')
-            logs.append((tmp / f"{host}.log").open("w"))
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", f"{PREFIX}-{host}", "unshare", "--mount", "--uts", "--propagation", "private",
-                 "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp / f"{host}.pid"), host],
-                stdout=subprocess.DEVNULL, stderr=logs[-1]))
-            for _ in range(50):
-                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", "sport = :22"],
-                                    capture_output=True, text=True).stdout
-                if addr in ss:
-                    break
-                assert procs[-1].poll() is None, (tmp / f"{host}.log").read_text()
-                time.sleep(0.1)
-            else:
-                pytest.fail(f"dropbear did not listen on {addr}:22: {(tmp / f'{host}.log').read_text()}")
+    with dropbear_hosts(tmp_path_factory.mktemp("sshd"), HOSTS) as key:
         yield key
-    finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in logs:
-            f.close()
 
 
 def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"], extra: str = "", east_extra: str = "") -> Path:
@@ -355,7 +311,9 @@ def test_a_silent_gateway_is_refused_or_started(sshd_lab, tmp_path):
         meta, point = [json.loads(l) for l in out.read_text().splitlines()]
         assert meta["hosts"]["gateways"]["east"]["started_by_bench"] is True
         assert meta["hosts"]["gateways"]["west"]["started_by_bench"] is False
-        assert point["mode"] == "split" and point["cpu"]["gateways"]["east"]["cpu_s"] > 0
+        # The started gateway's CPU figure is there (a silent one has none); its value may be 0: /proc counts
+        # CPU in 10 ms ticks, and three 10 KB gathers can take less.
+        assert point["mode"] == "split" and point["cpu"]["gateways"]["east"]["cpu_s"] >= 0
     finally:
         if started:
             os.kill(started, signal.SIGTERM)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PREFIX, gridsplit, needs_root
+from conftest import PREFIX, dropbear_hosts, gridsplit, needs_root
 from gridsplit.netcheck import diagnose as D
 from gridsplit.netcheck import measure, tuning
 from gridsplit.netcheck.runner import parse_facts, parse_ping, rtt_stats
@@ -318,52 +318,9 @@ def test_ssh_unreachable_and_refused_are_unmeasured(wizard_lab, tmp_path):
 
 @pytest.fixture()
 def sshd_on_lab_hosts(wizard_lab, tmp_path):
-    """A real ssh server on each wizard host, listening only on its lab address.
-
-    dropbear (Debian's dropbear-bin: the programs, no system service) runs in
-    the host's namespace and in a private mount namespace where /root is a
-    throw-away home holding this test's key, so neither the machine's sshd nor
-    root's real ~/.ssh is involved. Stopped by PID.
-    """
-    key = tmp_path / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True, mode=0o700)
-    home.chmod(0o700)
-    (home / ".ssh" / "authorized_keys").write_text((tmp_path / "id_ed25519.pub").read_text())
-    (home / ".ssh" / "authorized_keys").chmod(0o600)
-    procs, logs = [], []
-    try:
-        for host, addr in (("bordeaux-1", "10.71.1.1"), ("lyon-1", "10.71.2.1")):
-            hostkey = tmp_path / f"{host}.key"
-            subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(hostkey)], check=True, capture_output=True)
-            # -P: a pid file of our own, not dropbear's default in the host's /var/run.
-            script = 'mount --bind "$1" /root && exec dropbear -F -E -s -m -p "$2:22" -r "$3" -P "$4"'
-            logs.append((tmp_path / f"{host}.log").open("w"))
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", f"{PREFIX}-{host}", "unshare", "--mount", "--propagation", "private",
-                 "sh", "-c", script, "sh", str(home), addr, str(hostkey), str(tmp_path / f"{host}.pid")],
-                stdout=subprocess.DEVNULL, stderr=logs[-1]))
-            for _ in range(50):
-                ss = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-{host}", "ss", "-Hltn", "sport = :22"],
-                                    capture_output=True, text=True).stdout
-                if addr in ss:
-                    break
-                assert procs[-1].poll() is None, (tmp_path / f"{host}.log").read_text()
-                time.sleep(0.1)
-            else:
-                pytest.fail(f"dropbear did not listen on {addr}:22: {(tmp_path / f'{host}.log').read_text()}")
+    """A real ssh server on each wizard host, listening only on its lab address (conftest.dropbear_hosts)."""
+    with dropbear_hosts(tmp_path, {"bordeaux-1": "10.71.1.1", "lyon-1": "10.71.2.1"}) as key:
         yield key
-    finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in logs:
-            f.close()
 
 
 @pytest.mark.lab
