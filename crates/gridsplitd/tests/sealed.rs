@@ -236,15 +236,7 @@ async fn a_reloaded_key_is_used_by_new_connections_and_spares_the_link_up() {
         one_way(k, 1, 10, 1 << 20, 4).await;
         // A new connection with the old key is refused; with the new one it passes.
         let dial = |key: &'static [u8]| async move {
-            let (mut c, _) = gridsplitd::transfer::tcp::TcpConn::connect(
-                Some(ip(k, 1, 254)),
-                addr(k, 2, 254, WAN_PORT),
-                &gridsplitd::config::WanParams::default(),
-                65536,
-                Duration::from_secs(2),
-            )
-            .await
-            .unwrap();
+            let mut c = connect_to_beta(k).await;
             gridsplitd::auth::handshake(&mut c, key, "alpha", 65536, true, |s| s == "beta", Duration::from_secs(2))
                 .await
                 .map(|_| ())

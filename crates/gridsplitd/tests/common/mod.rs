@@ -386,10 +386,10 @@ pub fn sink(l: TcpListener) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// A WAN connection to beta's gateway of test K, authenticated as alpha with
-/// the test key: for tests that play alpha's gateway by hand.
-pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
-    let (mut conn, _) = gridsplitd::transfer::tcp::TcpConn::connect(
+/// A plain TCP connection from alpha's gateway address to beta's WAN port of
+/// test K, before any handshake: for tests that play alpha's gateway by hand.
+pub async fn connect_to_beta(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
+    let (conn, _) = gridsplitd::transfer::tcp::TcpConn::connect(
         Some(ip(k, 1, 254)),
         addr(k, 2, 254, WAN_PORT),
         &gridsplitd::config::WanParams::default(),
@@ -398,6 +398,13 @@ pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
     )
     .await
     .unwrap();
+    conn
+}
+
+/// A WAN connection to beta's gateway of test K, authenticated as alpha with
+/// the test key: for tests that play alpha's gateway by hand.
+pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
+    let mut conn = connect_to_beta(k).await;
     let peer = gridsplitd::auth::handshake(
         &mut conn,
         PSK,
