@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -46,6 +47,19 @@ static int finish_blocking(int fd, struct gs_slot *s, int wait_ms, int set_timeo
         }
         gs_fail_timeout(fd, s);
     }
+    pthread_mutex_lock(&s->mu);
+    int unreached = s->phase == GS_P_FAILED && s->fail_lan;
+    int e = s->err;
+    pthread_mutex_unlock(&s->mu);
+    if (unreached) {
+        /* No gateway could be reached: as when the kernel's own connect fails,
+         * the socket is left unconnected and untracked, free for another
+         * connect(). */
+        gs_slot_clear(s);
+        gs_disconnect(fd);
+        errno = e;
+        return -1;
+    }
     return report_failure(s);
 }
 
@@ -58,9 +72,10 @@ static int sndtimeo_ms(int fd, int *is_set)
         (tv.tv_sec || tv.tv_usec)) {
         *is_set = 1;
         int64_t ms = (int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
-        return ms > gs_handshake_timeout_ms ? gs_handshake_timeout_ms : (int)ms;
+        return ms > INT_MAX ? INT_MAX : (int)ms;
     }
-    return gs_handshake_timeout_ms;
+    /* Unbounded: each gateway's try ends at its own deadline (handshake.c). */
+    return INT_MAX;
 }
 
 /* connect() again on an fd whose redirected connect is pending or failed. Mirrors
@@ -87,24 +102,26 @@ static int reconnect_pending(int fd, struct gs_slot *s, const struct sockaddr *a
     return finish_blocking(fd, s, ms, set);
 }
 
+/* The flow's source for the gateway hash: the socket's bound address if it has
+ * one, else the node's address in its site (gs_config.own_addr). */
+static void flow_source(int fd, const struct gs_config *cfg, struct gs_addr *src)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    static const uint8_t zero[16];
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        gs_sockaddr_to_addr((struct sockaddr *)&ss, sl, src, NULL) == 0 &&
+        memcmp(src->a, zero, sizeof zero) != 0)
+        return;
+    *src = cfg->own_addr;
+}
+
 static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
                             const struct gs_config *cfg, int site, const struct gs_addr *dst,
                             uint16_t dport)
 {
-    const struct gs_site *own = &cfg->site[cfg->own];
-    struct sockaddr_storage gw;
-    socklen_t gwlen = gs_addr_to_sockaddr(&own->gw, own->gw_port, addr->sa_family, &gw);
-    char dbuf[64], gbuf[64];
+    char dbuf[64];
     gs_addr_format(dst, dport, dbuf, sizeof dbuf);
-    gs_addr_format(&own->gw, own->gw_port, gbuf, sizeof gbuf);
-    if (!gwlen) {
-        static _Atomic int logged;
-        if (!atomic_exchange(&logged, 1))
-            gs_log("cannot reach IPv6 gateway %s from an AF_INET socket (connect to %s)", gbuf,
-                   dbuf);
-        errno = ENETUNREACH;
-        return -1;
-    }
     struct gs_slot *s = gs_slot_get(fd);
     if (!s) {
         static _Atomic int logged;
@@ -113,6 +130,14 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
                    "NOT redirected", fd, dbuf);
         return REAL(connect)(fd, addr, len);
     }
+    int saved = errno;
+    struct gs_addr src;
+    flow_source(fd, cfg, &src);
+    uint32_t hash = gs_flow_hash(&src, dst, dport);
+    gs_lan_timers(fd);
+    int nonblock = gs_fd_nonblocking(fd);
+    int set = 0;
+    int ms = nonblock ? 0 : sndtimeo_ms(fd, &set);
 
     pthread_mutex_lock(&s->mu);
     memset(&s->req, 0, sizeof s->req);
@@ -126,38 +151,37 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
     s->err = 0;
     s->err_reported = 0;
     s->phase = GS_P_LAN;
+    s->sock_family = addr->sa_family;
+    s->gw_n = (uint8_t)gs_gw_order(cfg, hash, s->gw_order);
     /* getpeername() must show the address the application asked for. */
     s->peerlen = len > sizeof s->peer ? (socklen_t)sizeof s->peer : len;
     memcpy(&s->peer, addr, s->peerlen);
     gs_slot_bind_identity(fd, s);
     atomic_store_explicit(&s->flags, GS_F_IO, memory_order_release);
+    if (gs_debug) {
+        char gbuf[64], sbuf[64] = "none";
+        gs_gw_format(cfg, s->gw_order[0], gbuf, sizeof gbuf);
+        if (src.family) {
+            gs_addr_format(&src, 0, sbuf, sizeof sbuf);
+            *strrchr(sbuf, ':') = 0; /* no port */
+        }
+        gs_log("fd %d: connect to %s (site \"%s\") redirected via gateway %s (flow hash %08x "
+               "from source %s: gateway %u of %d)", fd, dbuf, cfg->site[site].name, gbuf,
+               (unsigned)hash, sbuf, (unsigned)(hash % (uint32_t)cfg->ngw) + 1, cfg->ngw);
+    }
+    /* Connects without blocking, whatever the socket's mode: the wait, if any, is
+     * finish_blocking()'s, so that every gateway's try has the same deadline. */
+    int e = gs_start_locked(fd, s);
     pthread_mutex_unlock(&s->mu);
-
-    if (gs_debug)
-        gs_log("fd %d: connect to %s (site \"%s\") redirected via gateway %s", fd, dbuf,
-               cfg->site[site].name, gbuf);
-
-    gs_lan_timers(fd);
-    int nonblock = gs_fd_nonblocking(fd);
-    int set = 0;
-    int ms = nonblock ? 0 : sndtimeo_ms(fd, &set);
-    int64_t t0 = nonblock ? 0 : gs_now_ms();
-    int r = REAL(connect)(fd, (struct sockaddr *)&gw, gwlen);
-    int e = errno;
-    if (r < 0 && e != EINPROGRESS && e != EINTR) {
-        /* The gateway itself is unreachable: report that as the connect error. */
+    if (e) {
+        /* No gateway can be reached (or the socket cannot connect at all, e.g.
+         * EISCONN): that is the connect error, and the socket is left as the
+         * kernel leaves one whose connect failed at once. */
         gs_slot_clear(s);
-        static _Atomic int logged;
-        if (!atomic_exchange(&logged, 1) || gs_debug)
-            gs_log("cannot reach gateway %s (%s) for a connection to %s", gbuf, strerror(e),
-                   dbuf);
         errno = e;
         return -1;
     }
-    if (r < 0 && e == EINTR) {
-        errno = EINTR;
-        return -1;
-    }
+    errno = saved;
     if (nonblock) {
         /* Try to get the request out now; it usually has to wait until the LAN
          * handshake completes, which the next intercepted call notices. */
@@ -166,14 +190,7 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
         errno = EINPROGRESS;
         return -1;
     }
-    if (r < 0) { /* EINPROGRESS on a blocking socket: SO_SNDTIMEO expired */
-        errno = EINPROGRESS;
-        return -1;
-    }
-    int64_t left = ms - (gs_now_ms() - t0);
-    if (left < 1)
-        left = 1;
-    return finish_blocking(fd, s, (int)left, set);
+    return finish_blocking(fd, s, ms, set);
 }
 
 /* On an unrouted grid a destination in no site of the node file (a site left out of
@@ -249,9 +266,10 @@ GS_EXPORT int getsockopt(int fd, int level, int optname, void *val, socklen_t *l
 
     int r = gs_drive(fd, s, 0, 0);
     if (r == GS_ADV_AGAIN) {
-        if (gs_slot_lan_pending(s)) {
+        if (gs_slot_lan_pending(s) && !gs_slot_failing_over(s)) {
             /* Still connecting to the gateway (the caller did not wait for POLLOUT):
-             * the kernel would say 0 too. */
+             * the kernel would say 0 too. After a failover the caller did see its
+             * first try end (POLLOUT or POLLERR): it waits for the outcome below. */
             *(int *)val = 0;
             *len = sizeof(int);
             return 0;

@@ -16,8 +16,13 @@ GS_EXPORT int close(int fd)
 {
     struct gs_slot *s = gs_slot_peek(fd);
     /* Forget the state before the number can be reused by another thread. */
-    if (GS_UNLIKELY(s != NULL))
+    if (GS_UNLIKELY(s != NULL)) {
+        /* An application may close on POLLERR without asking why: if the gateway
+         * refused, new connects should still skip it. */
+        if (atomic_load_explicit(&s->flags, memory_order_acquire) & GS_F_IO)
+            gs_slot_note_close(fd, s);
         gs_slot_clear(s);
+    }
     return REAL(close)(fd);
 }
 

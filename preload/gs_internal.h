@@ -73,10 +73,32 @@ struct gs_site {
     char direct_to[256];
 };
 
+/* Gateways of the own site a redirected connect may use (distinct gateway_lan of
+ * its lines, in file order); more are ignored (said once in the log). */
+#define GS_MAX_GATEWAYS 16
+
+/* How long a gateway that failed is tried last (ms). A dead gateway costs each
+ * connect that tries it a refused connect, or a whole handshake timeout when it
+ * accepts but does not answer; an MPI job opens most of its connections in a
+ * burst at start, which would otherwise pay that once per connection instead of
+ * once per process. Short enough that a gateway restarted by systemd (seconds)
+ * gets its share of new flows back soon; a gateway tried last is still tried
+ * when all the others fail, so nothing is ever refused for being marked. */
+#define GS_GW_RETRY_MS 10000
+
 struct gs_config {
     int nsites;
     int own; /* index of the own site in site[], -1 until chosen */
     int routed; /* 0 after "routed no": the sites reach each other only through the gateways */
+    /* Set with the own site (gs_config_pick_site): its gateways, as indices into
+     * site[] of the lines that name them, and how many were left out. */
+    int ngw;
+    int gw_line[GS_MAX_GATEWAYS];
+    int gw_ignored;
+    /* The host's address in its own site: the interface address that matched the
+     * own site's subnet when the site was picked (family 0 if none did), the
+     * source of the flow hash for sockets that are not bound (gateways.c). */
+    struct gs_addr own_addr;
     struct gs_site site[GS_MAX_SITES];
 };
 
@@ -100,6 +122,28 @@ int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
 int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst);
 /* Non-zero when a is the host part of the own site's gateway_lan. */
 int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *a);
+
+/* gateways.c: which own-site gateway a flow takes, and the gateways that failed.
+ * The flow hash: FNV-1a (32 bits) of src[16] | dst[16] | dport[2, big-endian]
+ * (an IPv4 address in the first 4 bytes of its 16, the rest zero; src all zero
+ * when unknown), then h ^= h >> 16; the gateway is h % ngw. */
+uint32_t gs_flow_hash(const struct gs_addr *src, const struct gs_addr *dst, uint16_t dport);
+/* The order in which a connect tries the own gateways (indices 0..ngw-1 into
+ * cfg->gw_line): from the hashed one on, wrapping, those not marked failed first,
+ * then the failed ones in the same order. Returns ngw. */
+int gs_gw_order(const struct gs_config *cfg, uint32_t hash, uint8_t *order);
+/* Gateway i could not be reached or did not reply in time: new connects try it
+ * last for GS_GW_RETRY_MS. Returns 1 when it was not marked before (worth a log
+ * line). */
+int gs_gw_mark_failed(int i);
+/* Gateway i answered: it is no longer skipped. */
+void gs_gw_mark_alive(int i);
+/* "ADDRESS:PORT" of own gateway i. */
+void gs_gw_format(const struct gs_config *cfg, int i, char *buf, size_t len);
+/* Non-zero for the errnos that say the gateway itself could not be reached or
+ * dropped the connection (worth trying another gateway), zero for the others
+ * (local errors such as EADDRNOTAVAIL or EISCONN, which another gateway won't fix). */
+int gs_gw_errno_fails_over(int err);
 
 /* addr.c */
 int gs_prefix_contains(const struct gs_prefix *p, const struct gs_addr *a);
@@ -213,6 +257,14 @@ struct gs_slot {
     dev_t dev; /* identity of the socket, to detect fds closed behind our back */
     ino_t ino;
     pthread_mutex_t mu; /* held only for non-blocking work, never across a wait */
+    uint8_t fail_lan; /* the failure was reaching the gateways, not their reply */
+    /* Gateways of the own site to try, in order (gs_gw_order), and where we are. */
+    uint8_t gw_n;
+    uint8_t gw_at;
+    uint8_t gw_order[GS_MAX_GATEWAYS];
+    uint8_t gw_err[GS_MAX_GATEWAYS]; /* errno of each failed try, for the log */
+    int sock_family; /* AF_INET or AF_INET6: how to address the gateways */
+    int64_t deadline_ms; /* of the current gateway's try: gs_handshake_timeout_ms */
     struct gs_request req;
     uint8_t rep[sizeof(struct gs_reply)];
     socklen_t peerlen;
@@ -261,11 +313,32 @@ void gs_table_atfork_child(void);
 /* Results of gs_drive(). */
 enum { GS_ADV_DONE = 0, GS_ADV_FAILED = 1, GS_ADV_AGAIN = 2, GS_ADV_INTR = 3 };
 
+/* Start the handshake of a slot whose request, gw_order, gw_n and sock_family are
+ * filled: connect fd to the first gateway of gw_order without blocking (blocking
+ * sockets get O_NONBLOCK for the duration of the call), going on to the next on
+ * an immediate failure. Called with s->mu held. Returns 0 when a connect is in
+ * progress, else the errno of the last gateway (the slot is then FAILED). */
+int gs_start_locked(int fd, struct gs_slot *s);
+/* Dissolve whatever connection fd has (connect(AF_UNSPEC)) and drop its pending
+ * error: the socket can be connected again, as after socket(). */
+void gs_disconnect(int fd);
 /* Drive the handshake. wait_ms: 0 = one non-blocking attempt, > 0 = wait at most
  * that long, blocking in poll() (never spinning). With return_on_intr a signal
  * interrupts the wait and GS_ADV_INTR is returned (the blocking-connect semantics);
- * otherwise the wait resumes. */
+ * otherwise the wait resumes. Each gateway's try has its own deadline
+ * (gs_handshake_timeout_ms from its connect): when it passes with no reply the
+ * next gateway is tried (failover), whoever drives the machine. */
 int gs_drive(int fd, struct gs_slot *s, int wait_ms, int return_on_intr);
+/* Drive (waiting at most wait_ms) until the request has been sent or the outcome
+ * is known; for readers after a failover, which must not wait in poll(POLLIN) for
+ * a reply to a request nobody sent. */
+int gs_drive_until_sent(int fd, struct gs_slot *s, int wait_ms);
+/* Non-zero while a failover's connect to another gateway is in progress: the
+ * application already saw its first attempt end (POLLOUT, POLLERR). */
+int gs_slot_failing_over(struct gs_slot *s);
+/* close() of a pending fd: if its gateway connect already failed, remember the
+ * gateway as failed (an application may close on POLLERR without asking why). */
+void gs_slot_note_close(int fd, struct gs_slot *s);
 /* Mark a pending handshake as timed out (the bound given to gs_drive() expired). */
 void gs_fail_timeout(int fd, struct gs_slot *s);
 /* Finish the handshake with the default bound, whatever the blocking mode.

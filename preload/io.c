@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -34,6 +35,19 @@ static int io_gate(int fd, struct gs_slot *s, int dontwait, int writing)
         int may_eagain = dontwait || gs_fd_nonblocking(fd);
         if (may_eagain && writing)
             may_eagain = gs_slot_lan_pending(s);
+        if (may_eagain && !writing && gs_slot_failing_over(s)) {
+            /* The first gateway failed and the caller saw that try end: it may now
+             * wait in poll(POLLIN) for the reply, so the request to the next
+             * gateway must be on its way first (the write side waits for POLLOUT,
+             * which the connect to the next gateway raises by itself). */
+            r = gs_drive_until_sent(fd, s, INT_MAX);
+            if (r == GS_ADV_DONE)
+                return 0;
+            if (r == GS_ADV_FAILED) {
+                errno = gs_slot_err(s);
+                return -1;
+            }
+        }
         if (may_eagain) {
             errno = EAGAIN;
             return -1;

@@ -83,12 +83,25 @@ static void load_config_once(void)
         } else if (mode && *mode && strcmp(mode, "policy") != 0) {
             gs_log("GRIDSPLIT_SPLIT=%s is neither \"all\" nor \"policy\"; following the node file's policy", mode);
         }
+        if (config.gw_ignored)
+            gs_log("site \"%s\" has %d gateways in the node file; only the first %d are used",
+                   config.site[config.own].name, config.ngw + config.gw_ignored, GS_MAX_GATEWAYS);
         if (gs_debug) {
-            const struct gs_site *own = &config.site[config.own];
-            char gw[64];
-            gs_addr_format(&own->gw, own->gw_port, gw, sizeof gw);
-            gs_log("own site \"%s\", gateway %s, %d site line(s) in the node file", own->name, gw,
-                   config.nsites);
+            char gws[300] = "", me[64] = "none";
+            size_t n = 0;
+            for (int i = 0; i < config.ngw && n < sizeof gws; i++) {
+                char gw[64];
+                gs_gw_format(&config, i, gw, sizeof gw);
+                int m = snprintf(gws + n, sizeof gws - n, "%s%s", i ? ", " : "", gw);
+                n += m > 0 ? (size_t)m : 0;
+            }
+            if (config.own_addr.family) {
+                gs_addr_format(&config.own_addr, 0, me, sizeof me);
+                *strrchr(me, ':') = 0; /* no port */
+            }
+            gs_log("own site \"%s\", gateway%s %s (flows spread by hash), own address %s, %d "
+                   "site line(s) in the node file", config.site[config.own].name,
+                   config.ngw > 1 ? "s" : "", gws, me, config.nsites);
         }
     }
     errno = saved;

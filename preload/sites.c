@@ -55,6 +55,12 @@ static int pair_is_direct(const struct gs_config *cfg, const char *a, const char
     return 0;
 }
 
+/* Lines i and j are of the same site (a site may have several lines). */
+static int same_site(const struct gs_config *cfg, int i, int j)
+{
+    return i == j || strcmp(cfg->site[i].name, cfg->site[j].name) == 0;
+}
+
 /* The site whose subnet holds a (longest prefix wins), or -1. */
 static int site_of(const struct gs_config *cfg, const struct gs_addr *a)
 {
@@ -77,10 +83,11 @@ int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst)
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst)
 {
     int best = site_of(cfg, dst);
-    if (best < 0 || best == cfg->own)
+    /* Any line of the own site is the own site (a site may have several). */
+    if (best < 0 || (cfg->own >= 0 && same_site(cfg, best, cfg->own)))
         return -1;
-    /* The own gateway is never redirected to itself, whatever the subnets say. */
-    if (cfg->own >= 0 && gs_addr_equal(dst, &cfg->site[cfg->own].gw))
+    /* The own gateways are never redirected to themselves, whatever the subnets say. */
+    if (gs_config_is_own_gateway(cfg, dst))
         return -1;
     /* 127.0.0.1 and friends stay local unless a site explicitly lives on loopback. */
     if (is_loopback(dst) && !prefix_is_loopback(&cfg->site[best].subnet))
@@ -104,6 +111,52 @@ int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *
 
 /* ------------------------------------------------------------ own site */
 
+/* The own site's gateways: the distinct gateway_lan of its lines, in file order
+ * (a site with two subnets behind one gateway has it twice). */
+static void own_gateways(struct gs_config *cfg)
+{
+    cfg->ngw = cfg->gw_ignored = 0;
+    for (int i = 0; i < cfg->nsites; i++) {
+        if (!same_site(cfg, i, cfg->own))
+            continue;
+        int dup = 0;
+        for (int k = 0; k < cfg->ngw && !dup; k++) {
+            const struct gs_site *o = &cfg->site[cfg->gw_line[k]];
+            dup = o->gw_port == cfg->site[i].gw_port && gs_addr_equal(&o->gw, &cfg->site[i].gw);
+        }
+        if (dup)
+            continue;
+        if (cfg->ngw == GS_MAX_GATEWAYS)
+            cfg->gw_ignored++;
+        else
+            cfg->gw_line[cfg->ngw++] = i;
+    }
+}
+
+/* The first interface address inside a subnet of the own site (family 0 if none):
+ * the node's address in its site, the source of the flow hash (gateways.c). */
+static void own_address(struct gs_config *cfg, struct ifaddrs *ifs)
+{
+    memset(&cfg->own_addr, 0, sizeof cfg->own_addr);
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        struct gs_addr a;
+        if (!i->ifa_addr ||
+            gs_sockaddr_to_addr(i->ifa_addr, sizeof(struct sockaddr_storage), &a, NULL) < 0)
+            continue;
+        int best = site_of(cfg, &a);
+        if (best >= 0 && same_site(cfg, best, cfg->own)) {
+            cfg->own_addr = a;
+            return;
+        }
+    }
+}
+
+static void own_site_chosen(struct gs_config *cfg, struct ifaddrs *ifs)
+{
+    own_gateways(cfg);
+    own_address(cfg, ifs);
+}
+
 int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
                         size_t errlen)
 {
@@ -117,6 +170,14 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
             return -1;
         }
         cfg->own = own;
+        /* The interfaces are read only for the node's own address here: without
+         * one the flow hash has no source, which is still a stable hash. */
+        struct ifaddrs *ifs = NULL;
+        if (getifaddrs(&ifs) < 0)
+            ifs = NULL;
+        own_site_chosen(cfg, ifs);
+        if (ifs)
+            freeifaddrs(ifs);
         return 0;
     }
     struct ifaddrs *ifs = NULL;
@@ -137,6 +198,10 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
             own = best;
         else if (strcmp(cfg->site[best].name, cfg->site[own].name) != 0)
             other = best;
+    }
+    if (own >= 0 && other < 0) {
+        cfg->own = own;
+        own_site_chosen(cfg, ifs);
     }
     freeifaddrs(ifs);
     if (own < 0) {
