@@ -10,7 +10,7 @@ import pytest
 
 from gridsplit import sysdeps
 from gridsplit.errors import GridsplitError
-from gridsplit.lab import realize
+from gridsplit.lab import gateways, realize
 from gridsplit.lab.names import LabNames
 from gridsplit.topology import LabSettings, load_topology
 
@@ -47,14 +47,14 @@ def test_lab_switches_live_in_the_topology(tmp_path):
     mini = (Path(__file__).resolve().parent.parent / "python/gridsplit/presets/mini.toml").read_text()
     default = load_topology("mini")
     assert default.lab == LabSettings()
-    tuned = realize.gateway_host_sysctls(default.lab)
+    tuned = gateways.gateway_host_sysctls(default.lab)
     assert tuned["net.ipv4.tcp_pacing_ss_ratio"] == "1000" and tuned["net.ipv4.tcp_slow_start_after_idle"] == "0"
     p = tmp_path / "switched.toml"
     p.write_text(mini + '[lab]\npacing_ratio = "kernel"\nsub_segment = false\ninitrwnd = 0\nidle = "halt"\n'
                  'gateway_rt = 0\nlan_mss = "auto"\n')
     t = load_topology(str(p))
-    assert realize.gateway_host_sysctls(t.lab) == {"net.ipv4.tcp_slow_start_after_idle": "0"}
-    assert (t.lab.sub_segment, t.lab.initrwnd, t.lab.idle, realize.gateway_rt_priority(t)) == (False, 0, "halt", 0)
+    assert gateways.gateway_host_sysctls(t.lab) == {"net.ipv4.tcp_slow_start_after_idle": "0"}
+    assert (t.lab.sub_segment, t.lab.initrwnd, t.lab.idle, gateways.gateway_rt_priority(t)) == (False, 0, "halt", 0)
     assert t.to_dict()["lab"]["pacing_ratio"] == "kernel"
     for bad, msg in (('pacing_ratio = "fast"', "lab.pacing_ratio: must be one of tuned, kernel"),
                      ("initrwnd = -1", "lab.initrwnd: must be ≥ 0"),

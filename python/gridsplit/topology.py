@@ -73,6 +73,9 @@ class Site:
     gateway: bool
     tcp: TcpSettings
     subnet: ipaddress.IPv4Network
+    # The site's gateway hosts, in order (`gateways`: a count or a list of
+    # addresses); empty: one gateway at .254 when `gateway`, none otherwise.
+    gateway_ips: tuple[ipaddress.IPv4Address, ...] = ()
 
     def host_nic_mbps(self, role: str) -> float:
         """The NIC rate of this site's host of `role` ("node" or "gateway"): the one place it is chosen."""
@@ -84,7 +87,13 @@ class Site:
 
     @property
     def gateway_ip(self) -> ipaddress.IPv4Address:
-        return self.subnet.network_address + 254
+        """The first gateway's address (.254 unless `gateways` lists others)."""
+        return self.gateway_ips[0] if self.gateway_ips else self.subnet.network_address + 254
+
+    @property
+    def gateway_addrs(self) -> tuple[ipaddress.IPv4Address, ...]:
+        """Every gateway host's address, in the order gateways and nodes list them."""
+        return (self.gateway_ips or (self.gateway_ip,)) if self.gateway else ()
 
     def node_ip(self, k: int) -> ipaddress.IPv4Address:
         return self.subnet.network_address + k
@@ -220,9 +229,13 @@ class Topology:
         for s in self.sites:
             for k in range(1, s.nodes + 1):
                 out.append(Host(f"{s.name}-{k}", s.name, "node", s.node_ip(k), s.host_nic_mbps("node")))
-            if s.gateway:
-                out.append(Host(f"{s.name}-gw", s.name, "gateway", s.gateway_ip, s.host_nic_mbps("gateway")))
+            for k, ip in enumerate(s.gateway_addrs):
+                out.append(Host(gateway_host_name(s.name, k), s.name, "gateway", ip, s.host_nic_mbps("gateway")))
         return out
+
+    def gateway_hosts(self, site: str | None = None) -> list[Host]:
+        """The gateway hosts (of one site, or all), in order."""
+        return [h for h in self.hosts() if h.role == "gateway" and site in (None, h.site)]
 
     def nodes(self) -> list[Host]:
         return [h for h in self.hosts() if h.role == "node"]
@@ -267,7 +280,8 @@ class Topology:
         sites = []
         for s in self.sites:
             if s in variable:
-                limit = s.max_nodes or 250
+                limit = min([s.max_nodes or 250] + [int(ip) - int(s.subnet.network_address) - 1
+                                                    for ip in s.gateway_ips])
                 if not 1 <= n <= limit:
                     raise GridsplitError(f"--nodes {n}: site {s.name} of topology {self.name!r} takes 1 to {limit} nodes")
                 s = replace(s, nodes=n)
@@ -307,6 +321,7 @@ class Topology:
                     "name": s.name, "nodes": s.nodes, "nic_mbps": s.nic_mbps, "gateway_nic_mbps": s.gateway_nic_mbps,
                     "switch_buffer_bytes": s.switch_buffer_bytes, "nic_queue_bytes": s.nic_queue_bytes,
                     "uplink_mbps": s.uplink_mbps, "gateway": s.gateway, "subnet": str(s.subnet),
+                    **({"gateways": [str(ip) for ip in s.gateway_addrs]} if len(s.gateway_addrs) > 1 else {}),
                     "tcp": {"rmem_max": s.tcp.rmem_max, "wmem_max": s.tcp.wmem_max,
                             "congestion": s.tcp.congestion, "sack": s.tcp.sack},
                 }
@@ -406,7 +421,7 @@ class _Reader:
 
 
 SITE_KEYS = ("name", "subnet", "nodes", "max_nodes", "nic_mbps", "gateway_nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
-             "uplink_mbps", "gateway", "tcp")
+             "uplink_mbps", "gateway", "gateways", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
 WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
@@ -459,6 +474,62 @@ def _site_subnet(r: _Reader, wan_block: ipaddress.IPv4Network, sites: list[Site]
         r.fail("subnet", f"{net} overlaps addressing.wan {wan_block}; pick disjoint ranges")
     _no_overlap(r, "subnet", net, sites, str(net))
     return net
+
+
+MAX_GATEWAYS = 8
+
+
+def gateway_host_name(site: str, k: int) -> str:
+    """The lab host name of `site`'s gateway number k (0-based): "east-gw", then "east-gw2", ..."""
+    return f"{site}-gw" if k == 0 else f"{site}-gw{k + 1}"
+
+
+def gateway_label(site: str, k: int) -> str:
+    """How the lab and the bench name `site`'s gateway number k (0-based): the site's
+    name for the first, "east.2", "east.3", ... after it (files gw-LABEL.toml, CPU rows)."""
+    return site if k == 0 else f"{site}.{k + 1}"
+
+
+def gateway_of_label(label: str) -> tuple[str, int]:
+    """(site, k) of a gateway_label (site names have no dot)."""
+    site, _, n = label.partition(".")
+    return site, int(n) - 1 if n else 0
+
+
+def _gateway_ips(r: "_Reader", subnet: ipaddress.IPv4Network, nodes: int) -> tuple[ipaddress.IPv4Address, ...]:
+    """`[[site]] gateways`: a count N (gateways at .254, then .252, .251, ... down)
+    or a list of addresses inside the site's subnet. Nodes take .1 upward and the
+    lab's router .253, so a gateway may be neither."""
+    v = r.table["gateways"]
+    router = subnet.network_address + 253
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not 1 <= v <= MAX_GATEWAYS:
+            r.fail("gateways", f"{v} is not a gateway count from 1 to {MAX_GATEWAYS}; e.g. gateways = 2")
+        ips = [subnet.network_address + 254] + [subnet.network_address + 253 - k for k in range(1, v)]
+    elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+        if len(v) > MAX_GATEWAYS:
+            r.fail("gateways", f"lists {len(v)} gateways; at most {MAX_GATEWAYS}")
+        ips = []
+        for x in v:
+            try:
+                ip = ipaddress.IPv4Address(x)
+            except ValueError:
+                r.fail("gateways", f"{x!r} is not an IPv4 address; e.g. gateways = [\"{subnet.network_address + 254}\"]")
+            if ip not in subnet or ip in (subnet.network_address, subnet.broadcast_address):
+                r.fail("gateways", f"{x} is outside the site's subnet {subnet}; give the gateway hosts' addresses "
+                                   f"inside it")
+            if ip in ips:
+                r.fail("gateways", f"{x} is listed twice")
+            ips.append(ip)
+    else:
+        r.fail("gateways", f"{v!r} is neither a count nor a list of addresses; e.g. gateways = 2 or "
+                           f"gateways = [\"{subnet.network_address + 254}\", \"{subnet.network_address + 252}\"]")
+    for ip in ips:
+        if ip == router:
+            r.fail("gateways", f"{ip} is the lab's router address (.253 of the subnet); pick another")
+        if int(ip) - int(subnet.network_address) <= nodes:
+            r.fail("gateways", f"{ip} is a node's address (nodes take .1 to .{nodes}); pick one above them")
+    return tuple(ips)
 
 
 def _no_overlap(r: _Reader, key: str, net: ipaddress.IPv4Network, sites: list[Site], what: str) -> None:
@@ -531,6 +602,10 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         if max_nodes is not None and nodes > max_nodes:
             r.fail("nodes", f"{nodes} exceeds max_nodes = {max_nodes}")
         gateway = r.boolean("gateway", dgw)
+        if r.has("gateways"):
+            if r.has("gateway") and not gateway:
+                r.fail("gateways", "set together with gateway = false; drop one of the two")
+            gateway = True
         if nodes == 0 and not gateway:
             r.fail("nodes", "a site needs at least one node or a gateway")
         if r.has("subnet"):
@@ -541,6 +616,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             subnet = subnets[i + 1]
             _no_overlap(r, "name", subnet, sites, f"its default subnet {subnet} (from addressing.sites)")
         nic = r.number("nic_mbps", dnic, hi=100000, example="nic_mbps = 1000")
+        gateway_ips = _gateway_ips(r, subnet, max_nodes or nodes) if r.has("gateways") else ()
         sites.append(Site(
             name=sname, index=i + 1, nodes=nodes, max_nodes=max_nodes,
             nic_mbps=nic,
@@ -551,6 +627,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             gateway=gateway,
             tcp=_tcp(src, f"{path}.tcp", raw.get("tcp", {}), dtcp),
             subnet=subnet,
+            gateway_ips=gateway_ips,
         ))
     if not routed:
         bare = [s.name for s in sites if not s.gateway]

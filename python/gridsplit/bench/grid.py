@@ -23,6 +23,7 @@ from rich.console import Console
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..lab import realize
+from ..lab.gateways import gateway_binary
 from ..lab.mpi import RANK_ENV, mpirun, split_env
 from ..lab.names import LabNames
 from ..lab.sh import list_netns
@@ -44,7 +45,7 @@ class LabGrid:
         self.more = "bring the lab up with more `--nodes` or lower --nodes"
         g = self.topo.gateways
         self.built = sysdeps.built("gridsplitd")
-        self.variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams, realize.gateway_binary(state.data),
+        self.variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams, gateway_binary(state.data),
                         g.encryption)
 
     def bound(self, op: str, root: Host, senders: list[Host], size: int) -> float:

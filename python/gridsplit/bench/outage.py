@@ -32,7 +32,8 @@ from .. import machine, sysdeps
 from ..console import out
 from ..errors import GridsplitError
 from ..lab.names import LabNames
-from ..lab.realize import gateway_status, load_state
+from ..lab.gateways import gateway_status
+from ..lab.realize import load_state
 from .units import parse_size
 
 KIND = "gridsplit-bench-outage"

@@ -110,12 +110,15 @@ def sites_toml(topo: Topology, policy: bool = True) -> str:
     notes, rows = _site_rows(topo, policy)
     out = []
     for s, mine in rows:
-        text = (f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
-                f'gateway_lan = "{s.gateway_ip}:{g.lan_port}"\ngateway_wan = "{s.gateway_ip}:{g.wan_port}"\n')
-        if mine:
-            text += "".join(f"# {s.name}-{b}: {why}\n" for b, why in mine)
-            text += f'direct_to = "{" ".join(b for b, _ in mine)}"\n'
-        out.append(text)
+        # One table per gateway host, in the site's order: the order is each
+        # gateway's gateway_index (docs/protocol.md §5).
+        for ip in s.gateway_addrs:
+            text = (f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
+                    f'gateway_lan = "{ip}:{g.lan_port}"\ngateway_wan = "{ip}:{g.wan_port}"\n')
+            if mine:
+                text += "".join(f"# {s.name}-{b}: {why}\n" for b, why in mine)
+                text += f'direct_to = "{" ".join(b for b, _ in mine)}"\n'
+            out.append(text)
     return "\n".join(notes + [""] if notes else []) + "\n".join(out)
 
 
@@ -126,16 +129,17 @@ def nodes_conf(topo: Topology, policy: bool = True) -> str:
     run time: GRIDSPLIT_SPLIT=all.)"""
     g = topo.gateways
     notes, rows = _site_rows(topo, policy)
-    return nodes_file([NodeSite(s.name, str(s.subnet), f"{s.gateway_ip}:{g.lan_port}", [b for b, _ in mine],
-                                [f"{s.name}-{b}: {why}" for b, why in mine]) for s, mine in rows],
+    return nodes_file([NodeSite(s.name, str(s.subnet), f"{ip}:{g.lan_port}", [b for b, _ in mine],
+                                [f"{s.name}-{b}: {why}" for b, why in mine]) for s, mine in rows
+                       for ip in s.gateway_addrs],
                       [n[2:] for n in notes], f"`gridsplit gateway nodes-config` from topology {topo.name!r} ({topo.source})",
                       routed=topo.routed)
 
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
                  measured: dict[str, dict[str, Any]] | None = None, measured_from: str = "",
-                 sub_segment: bool = True, mss: int = 0) -> str:
-    """The full gridsplitd config for the gateway of `site`.
+                 sub_segment: bool = True, mss: int = 0, index: int = 0) -> str:
+    """The full gridsplitd config for gateway `index` (0-based) of `site`.
 
     `sub_segment` is `[lan] sub_segment` (off only to measure what it changes);
     `mss` is `[lan] mss` (0: the interface's; `lan_mss` computes a reduced one).
@@ -147,16 +151,24 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
     s = topo.site(site)
     if not s.gateway:
         raise GridsplitError(f"site {site!r} has no gateway in topology {topo.name!r} (set gateway = true)")
+    if not 0 <= index < len(s.gateway_addrs):
+        raise GridsplitError(f"--gateway {index + 1}: site {site!r} has {len(s.gateway_addrs)} gateway(s) in topology "
+                             f"{topo.name!r}; give 1 to {len(s.gateway_addrs)}")
+    ip = s.gateway_addrs[index]
     g = topo.gateways
     peers = [w for w in topo.wans if site in (w.a, w.b) and topo.site(w.peer(site)).gateway]
     # Defaults for every link; each [[link]] then carries its own path's BDP.
     fastest = max((w.rate_mbps for w in peers), default=1000.0)
+    several = len(s.gateway_addrs) > 1
     lines = [
-        f"# gridsplitd config for site {site}, generated from topology {topo.name!r} ({topo.source}).",
+        f"# gridsplitd config for {f'gateway {index + 1} of {len(s.gateway_addrs)} of ' if several else ''}site {site}, "
+        f"generated from topology {topo.name!r} ({topo.source}).",
+        *(["# Which of this site's [[site]] tables (below, in order) is this gateway.", f"gateway_index = {index}", ""]
+          if several else []),
         "[gateway]",
         f'site = "{site}"',
-        f'lan_listen = "{s.gateway_ip}:{g.lan_port}"',
-        f'wan_listen = "{s.gateway_ip}:{g.wan_port}"',
+        f'lan_listen = "{ip}:{g.lan_port}"',
+        f'wan_listen = "{ip}:{g.wan_port}"',
         f'admin_listen = "{admin}"',
         f'strategy = "{g.strategy}"',
         f'psk_file = "{psk_file}"',

@@ -18,7 +18,8 @@ from rich.table import Table
 from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..lab.names import LabNames
-from ..lab.realize import gateway_status, load_state
+from ..lab.gateways import gateway_label_of, gateway_status
+from ..lab.realize import load_state
 from ..netcheck.measure import load_report
 from ..netcheck.tuning import gateway_links
 from ..topology import load_topology
@@ -34,6 +35,8 @@ def gateway() -> None:
 @gateway.command("config")
 @click.option("--topology", "-t", required=True, metavar="NAME|FILE")
 @click.option("--site", required=True, help="The site whose gateway this config is for.")
+@click.option("--gateway", "gw", type=int, default=1, show_default=True, metavar="N",
+              help="Which of the site's gateways (1 = the first of its `gateways` list), for sites with several.")
 @click.option("--psk-file", default="/etc/gridsplit/psk", show_default=True,
               help="Pre-shared key file (same content on every gateway, ≥ 16 bytes, mode 600).")
 @click.option("--admin", default=ADMIN, show_default=True, help="Admin endpoint (JSON /status, Prometheus /metrics).")
@@ -42,7 +45,8 @@ def gateway() -> None:
 @click.option("--new-key", is_flag=True,
               help="Also write a fresh 256-bit key to --psk-file (refused if it exists); copy it to the other "
                    "gateways over a secure channel. It is the only key a WAN link needs.")
-def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: str | None, new_key: bool) -> None:
+def config(topology: str, site: str, gw: int, psk_file: str, admin: str, netcheck_file: str | None,
+           new_key: bool) -> None:
     """Print the gridsplitd config of SITE's gateway (nodes read `gateway nodes-config`'s file instead)."""
     topo = load_topology(topology)
     topo.site(site)
@@ -62,7 +66,7 @@ def config(topology: str, site: str, psk_file: str, admin: str, netcheck_file: s
         if not measured:
             raise GridsplitError(f"{netcheck_file}: no measured pair involves site {site!r}; "
                                  f"run `gridsplit netcheck` on pairs with {site} first")
-    click.echo(gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or ""), nl=False)
+    click.echo(gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or "", index=gw - 1), nl=False)
 
 
 @gateway.command("new-key")
@@ -87,15 +91,16 @@ def nodes_config(topology: str) -> None:
 
 
 @gateway.command()
-@click.option("--lab", "lab_site", metavar="SITE", help="A gateway of the running lab.")
+@click.option("--lab", "lab_site", metavar="SITE", help="A gateway of the running lab, by its site.")
+@click.option("--gateway", "gw", type=int, default=1, show_default=True, metavar="N",
+              help="With --lab: which of the site's gateways, for a site with several.")
 @click.option("--url", default=f"http://{ADMIN}/status", show_default=True, help="A gateway's admin /status URL.")
 @click.option("--json", "as_json", is_flag=True)
-def status(lab_site: str | None, url: str, as_json: bool) -> None:
+def status(lab_site: str | None, gw: int, url: str, as_json: bool) -> None:
     """Links, flows, WAN TCP state (tcp_info) and counters of one gateway."""
     if lab_site:
         names = LabNames.from_env()
-        load_state(names).topo.site(lab_site)
-        st = gateway_status(names, lab_site)
+        st = gateway_status(names, gateway_label_of(load_state(names), lab_site, gw))
     else:
         st = fetch_status(url)
     if as_json:

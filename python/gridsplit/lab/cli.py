@@ -15,9 +15,10 @@ from rich.table import Table
 from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..machine import facts
-from ..topology import load_topology
+from ..topology import gateway_of_label, load_topology
 from . import counters as C
 from . import fault as F
+from . import gateways as G
 from . import realize
 from .check import SMALL_BUFFER_FRAMES, diagnose, probe_schedule, render, run_check, summarize
 from .fault import active, describe
@@ -180,16 +181,18 @@ def status(as_json: bool) -> None:
               f"CPU {stats.get('cpu_s', 0):.1f} s over {stats.get('uptime_s', 0):.0f} s, "
               f"calibration −{state.data.get('delay_compensation_us', 0)} µs per direction"
               + {"poll": ", idle CPUs polling", "halt": ", idle CPUs halting"}.get(state.data.get("idle"), ""))
-    for site in state.data.get("gateways", []):
-        pid = state.data["pids"].get(f"gw-{site}")
-        st = realize.gateway_status(state.names, site, quiet=True)
+    for label in state.data.get("gateways", []):
+        pid = state.data["pids"].get(f"gw-{label}")
+        host = G.host_of(label)
+        st = G.gateway_status(state.names, label, quiet=True)
         if st is None:
-            con.print(f"gateway {site}-gw: pid {pid} [red]not answering[/red] (log: {state.names.state_dir}/gw-{site}.log)")
+            con.print(f"gateway {host}: pid {pid} [red]not answering[/red] (log: {state.names.state_dir}/gw-{label}.log)")
             continue
         c = st.get("counters", {})
-        con.print(f"gateway {site}-gw: pid {pid}, {len(st.get('links', []))} WAN link(s) up, "
+        site, k = gateway_of_label(label)
+        con.print(f"gateway {host}: pid {pid}, {len(st.get('links', []))} WAN link(s) up, "
                   f"{c.get('flows_active', 0)} active flows, {c.get('relayed_bytes_out', 0)} B relayed out "
-                  f"(details: gridsplit gateway status --lab {site})")
+                  f"(details: gridsplit gateway status --lab {site}{f' --gateway {k + 1}' if k else ''})")
     for f in faults:
         until = "until `gridsplit lab fault clear`" if f["ends_at"] is None else \
             f"{f['remaining_s']:g} s left (until {f['ends']}), undo process {f['undo_pid']}" + \
@@ -422,19 +425,22 @@ def delay(pair: str | None, site: str | None, add_ms: float, seconds: float, bac
 
 @fault.command("kill-gateway")
 @click.option("--site", required=True, metavar="SITE", help="The site whose gridsplitd is killed (SIGKILL).")
+@click.option("--gateway", "gw", type=int, default=1, show_default=True, metavar="N",
+              help="Which of the site's gateways, for a site with several.")
 @click.option("--restart-after", type=float, default=None, metavar="SECONDS",
               help="Start it again after this long (default: it stays dead until `lab fault clear` or `lab down`).")
 @click.option("--background", is_flag=True, help="With --restart-after: return at once; an undo process restarts it.")
-def kill_gateway(site: str, restart_after: float | None, background: bool) -> None:
+def kill_gateway(site: str, gw: int, restart_after: float | None, background: bool) -> None:
     """Kill a site's gateway process, as a crash would (its flows are reset).
 
     Example: gridsplit lab fault kill-gateway --site east --restart-after 5
     """
     state = realize.load_state(_names())
     F.check_seconds(restart_after, "--restart-after")
-    F._kill_gateway(state, site, [], check_only=True)
-    _run_fault("kill-gateway", restart_after, background, f"{site}-gw", {"site": site},
-               lambda st, fid, objs: F._kill_gateway(st, site, objs))
+    label = G.gateway_label_of(state, site, gw)
+    F._kill_gateway(state, label, [], check_only=True)
+    _run_fault("kill-gateway", restart_after, background, G.host_of(label), {"site": label},
+               lambda st, fid, objs: F._kill_gateway(st, label, objs))
 
 
 @fault.command()

@@ -41,6 +41,7 @@ from ..errors import GridsplitError
 from ..procs import zombie
 from ..topology import WanLink
 from . import names as N
+from . import gateways as G
 from . import realize
 from .names import LabNames
 from .sh import ip_batch, list_netns, run, tc_batch
@@ -221,9 +222,9 @@ def _control(state: realize.LabState, data: dict[str, Any]) -> None:
     raise GridsplitError(f"the delay line did not take the new delays within 5 s: {tail[-1] if tail else 'no log'}")
 
 
-def _gateway_pid_alive(names: LabNames, site: str, pid: int | None) -> bool:
-    """Whether `pid` is the lab's gridsplitd of `site`: by its command line, which
-    names that site's config (a reused PID is not taken for it)."""
+def _gateway_pid_alive(names: LabNames, label: str, pid: int | None) -> bool:
+    """Whether `pid` is the lab's gridsplitd with label `label`: by its command line,
+    which names that gateway's config (a reused PID is not taken for it)."""
     cmd = b""
     for _ in range(5):  # empty for a moment while the process execs (ip netns exec, chrt, gridsplitd)
         try:
@@ -233,47 +234,42 @@ def _gateway_pid_alive(names: LabNames, site: str, pid: int | None) -> bool:
         if cmd:
             break
         time.sleep(0.01)
-    return str(names.state_dir / f"gw-{site}.toml").encode() in cmd.split(b"\0") and not zombie(pid)
+    return str(names.state_dir / f"gw-{label}.toml").encode() in cmd.split(b"\0") and not zombie(pid)
 
 
-def _kill_gateway(state: realize.LabState, site: str, objs: list[dict], check_only: bool = False) -> int | None:
-    """SIGKILL the site's gridsplitd; `check_only`: only refuse what cannot be killed."""
-    gws = state.data.get("gateways") or []
-    if site not in gws:
-        if site not in {x.name for x in state.topo.sites}:
-            raise GridsplitError(f"--site {site!r}: no site named {site!r} in this lab; "
-                                 f"sites: {', '.join(s.name for s in state.topo.sites)}")
-        raise GridsplitError(f"site {site!r} runs no gateway in this lab; gateways: {', '.join(gws) or 'none'} "
-                             "(topology with gateway = true, lab up without --no-gateways)")
-    pid = state.data["pids"].get(f"gw-{site}")
-    if not _gateway_pid_alive(state.names, site, pid):
-        raise GridsplitError(f"the gateway of {site} (pid {pid}) is not running; "
+def _kill_gateway(state: realize.LabState, label: str, objs: list[dict], check_only: bool = False) -> int | None:
+    """SIGKILL one gateway's gridsplitd (by label: gateway_label_of); `check_only`: only refuse what cannot be killed."""
+    pid = state.data["pids"].get(f"gw-{label}")
+    if not _gateway_pid_alive(state.names, label, pid):
+        raise GridsplitError(f"the gateway {G.host_of(label)} (pid {pid}) is not running; "
                              "`gridsplit lab fault clear` restarts it")
     if check_only:
         return None
-    objs.append({"type": "gateway", "site": site, "killed_pid": pid})
+    objs.append({"type": "gateway", "site": label, "killed_pid": pid})  # "site": the label (a site's name for its first)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while _gateway_pid_alive(state.names, site, pid) and time.monotonic() < deadline:
+    while _gateway_pid_alive(state.names, label, pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     return pid
 
 
-def _restart_gateway(names: LabNames, data: dict[str, Any], site: str) -> None:
-    if _gateway_pid_alive(names, site, data["pids"].get(f"gw-{site}")):
+def _restart_gateway(names: LabNames, data: dict[str, Any], label: str) -> None:
+    if _gateway_pid_alive(names, label, data["pids"].get(f"gw-{label}")):
         return  # already running (restarted by a bench, for one)
-    pid = realize.spawn_gateway(names, realize.gateway_binary(data), site, data.get("gateway_rt_priority") or 0,
+    pid = G.spawn_gateway(names, G.gateway_binary(data), label, data.get("gateway_rt_priority") or 0,
                                 append=True)
-    data["pids"][f"gw-{site}"] = pid
+    data["pids"][f"gw-{label}"] = pid
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our child: exited (and reaped)
-            tail = (names.state_dir / f"gw-{site}.log").read_text().strip().splitlines()
-            raise GridsplitError(f"the restarted gridsplitd on {site}-gw exited: {tail[-1] if tail else 'no output'}")
-        if realize.gateway_status(names, site, quiet=True) is not None:
+            tail = (names.state_dir / f"gw-{label}.log").read_text().strip().splitlines()
+            raise GridsplitError(f"the restarted gridsplitd on {G.host_of(label)} exited: "
+                                 f"{tail[-1] if tail else 'no output'}")
+        if G.gateway_status(names, label, quiet=True) is not None:
             return
         time.sleep(0.1)
-    raise GridsplitError(f"the restarted gridsplitd on {site}-gw does not answer; see {names.state_dir}/gw-{site}.log")
+    raise GridsplitError(f"the restarted gridsplitd on {G.host_of(label)} does not answer; "
+                         f"see {names.state_dir}/gw-{label}.log")
 
 
 def _remove(state: realize.LabState, data: dict[str, Any], obj: dict[str, Any], existing: set[str]) -> None:
@@ -299,7 +295,7 @@ def _remove(state: realize.LabState, data: dict[str, Any], obj: dict[str, Any], 
         if state.names.wan_ns in existing:
             _control(state, data)
     elif t == "gateway":
-        if state.names.host_ns(f"{obj['site']}-gw") in existing:
+        if state.names.host_ns(G.host_of(obj["site"])) in existing:
             _restart_gateway(state.names, data, obj["site"])
 
 

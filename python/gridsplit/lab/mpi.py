@@ -63,7 +63,7 @@ def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
     those of the site pairs the split policy splits, or all of them."""
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
-    # the node file: realize._start_gateways writes it
+    # the node file: lab.gateways.start_gateways writes it
     return ranks_split_env(sysdeps.built("libgridsplit.so"), str(state.names.state_dir / "nodes.conf"), force_all,
                            state.topo.gateways.lan_rto_min_us)
 

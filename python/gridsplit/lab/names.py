@@ -69,8 +69,8 @@ RT_LAN = "lan0"
 
 
 def sw_port(host: Host) -> str:
-    """The switch port toward a host: h<k> for nodes, hgw for the gateway."""
-    return "hgw" if host.role == "gateway" else "h" + host.name.rsplit("-", 1)[1]
+    """The switch port toward a host: h<k> for nodes, hgw, hgw2, ... for the gateways."""
+    return "h" + host.name.rsplit("-", 1)[1]
 
 
 def rt_wan_if(peer_site: str) -> str:

@@ -20,11 +20,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
@@ -35,10 +33,12 @@ from typing import Any, Iterator
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..model.splitadvise import split_policy
-from ..gateway import ADMIN, GATEWAY_HOST_SYSCTLS, gateway_toml, lan_initrwnd, lan_mss, new_psk, nodes_conf
-from ..topology import PRESETS, GatewaySettings, Host, LabSettings, Topology, WanLink, load_topology
+from ..gateway import lan_initrwnd
+from ..topology import PRESETS, GatewaySettings, Host, Topology, WanLink, load_topology
 from . import names as N
 from ..procs import zombie
+from .gateways import (gateway_host_sysctls, gateway_labels, gateway_lan_mss,
+                       gateway_rt_priority, start_gateways)
 from .undoers import kill_undoers
 from .names import LabNames
 from .pinger import ping
@@ -168,12 +168,6 @@ def _gateway_overrides(data: dict) -> dict:
     return {k: v for k, v in (data.get("gateway_overrides") or {}).items() if k in known}
 
 
-def gateway_binary(data: dict) -> str:
-    """The gridsplitd the lab's gateways run: the one a benchmark restarted them with
-    (`bench ab` compares builds), else this checkout's."""
-    return data.get("gridsplitd") or sysdeps.built("gridsplitd")
-
-
 def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides: str | bool | int) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
@@ -182,8 +176,8 @@ def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides
     network under test stays the same between variants. `gridsplitd` is the binary
     to run (None: this checkout's build); the state records it.
     """
-    sites = state.data.get("gateways") or []
-    if not sites:
+    labels = state.data.get("gateways") or []
+    if not labels:
         raise GridsplitError("this lab has no gateways to restart (topology without gateway = true, or `lab up --no-gateways`)")
     bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning", "wan_streams", "encryption")}
     if bad:
@@ -198,7 +192,7 @@ def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides
         topo = replace(state.topo, gateways=replace(state.topo.gateways, **merged))
         rt = gateway_rt_priority(topo)
         binary = gridsplitd or sysdeps.built("gridsplitd")
-        new = _start_gateways(topo, names, binary, sites, rt)
+        new = start_gateways(topo, names, binary, labels, rt)
         data = {**current, "pids": {**{k: v for k, v in pids.items() if not k.startswith("gw-")}, **new},
                 "gateway_overrides": merged, "gateway_rt_priority": rt, "gridsplitd": binary}
         names.state_file.write_text(json.dumps(data, indent=1))
@@ -240,9 +234,9 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
     for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl", "chrt"):
         sysdeps.need_tool(tool)
     wanem = sysdeps.built("gridsplit-wanem")
-    gw_sites = [s.name for s in topo.sites if s.gateway] if gateways else []
-    gridsplitd = sysdeps.built("gridsplitd") if gw_sites else None
-    rt = gateway_rt_priority(topo) if gw_sites else None
+    gw_labels = gateway_labels(topo) if gateways else []
+    gridsplitd = sysdeps.built("gridsplitd") if gw_labels else None
+    rt = gateway_rt_priority(topo) if gw_labels else None
     poll = topo.lab.idle == "poll"
 
     with _lock(names):
@@ -261,14 +255,14 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
                 progress("calibrating the delay line against the path's own latency")
                 pid, comp = _calibrate(topo, names, wanem, pid, poll)
             pids = {"wanem": pid}
-            if gw_sites:
-                progress(f"starting gridsplitd on {len(gw_sites)} gateway(s)")
-                pids.update(_start_gateways(topo, names, gridsplitd, gw_sites, rt))
+            if gw_labels:
+                progress(f"starting gridsplitd on {len(gw_labels)} gateway(s)")
+                pids.update(start_gateways(topo, names, gridsplitd, gw_labels, rt))
             data = {
                 "prefix": names.prefix, "topology_name": topo.name, "topology_spec": spec, "nodes": nodes, "scale": scale,
                 "scale_auto": scale_auto,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pids": pids, "delay_compensation_us": comp,
-                "gateways": gw_sites, "gridsplitd": gridsplitd,
+                "gateways": gw_labels, "gridsplitd": gridsplitd,
                 "tbf_burst_ms": BURST_MS, "nic_peak": NIC_PEAK,
                 "gateway_rt_priority": rt, "idle": "poll" if poll else "halt", "topology": topo.to_dict(),
                 "namespaces": _all_ns(topo, names),
@@ -324,7 +318,9 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
 
     initrwnd = topo.lab.initrwnd
     for site in topo.sites:
-        progress(f"site {site.name}: switch, router, {site.nodes} node(s){' and a gateway' if site.gateway else ''}")
+        ngw = len(site.gateway_addrs)
+        progress(f"site {site.name}: switch, router, {site.nodes} node(s)"
+                 + (f" and {ngw} gateway{'s' if ngw > 1 else ''}" if ngw else ""))
         sw, rt = names.switch_ns(site.name), names.router_ns(site.name)
         ip_batch(sw, [f"link add {N.BRIDGE} type bridge stp_state 0 forward_delay 0 mcast_snooping 0",
                       f"link set {N.BRIDGE} up"])
@@ -372,8 +368,8 @@ def _build(topo: Topology, names: LabNames, progress) -> None:
                      # An unroutable grid's router answers every refused packet (routes_to_peer): not
                      # one a second per sender, which would leave a node's later connects to time out.
                      **({} if topo.routed else {"net.ipv4.icmp_ratelimit": "0"})})
-        if not topo.routed:  # the own gateway's packets skip the refusals of routes_to_peer
-            ip_batch(rt, [f"rule add pref {GATEWAY_RULE_PREF} from {site.gateway_ip}/32 lookup main"])
+        if not topo.routed:  # the own gateways' packets skip the refusals of routes_to_peer
+            ip_batch(rt, [f"rule add pref {GATEWAY_RULE_PREF} from {ip}/32 lookup main" for ip in site.gateway_addrs])
 
     progress(f"WAN: {len(topo.wans)} link(s)")
     wan_lines, wan_gro = [], []
@@ -432,112 +428,10 @@ def routes_to_peer(topo: Topology, w: WanLink, site: str, dev: str) -> list[str]
     if topo.routed:
         return [f"route add {peer.subnet} {via}"]
     k = sorted(s.name for s in topo.sites).index(peer.name)
-    return [f"route add prohibit {peer.subnet}",
-            f"route add {peer.gateway_ip}/32 {via}",
-            f"rule add pref {GATEWAY_RULE_PREF + 1 + k} to {peer.gateway_ip}/32 prohibit"]
-
-
-def gateway_host_sysctls(lab: LabSettings) -> dict[str, str]:
-    """The gateway hosts' TCP settings: gateway.GATEWAY_HOST_SYSCTLS, as on a
-    real gateway host; `[lab] pacing_ratio = "kernel"` leaves the pacing ratios
-    at the kernel's defaults (to measure what they change)."""
-    if lab.pacing_ratio == "kernel":
-        return {k: x for k, x in GATEWAY_HOST_SYSCTLS.items() if "pacing" not in k}
-    return dict(GATEWAY_HOST_SYSCTLS)
-
-
-def gateway_lan_mss(topo: Topology, site: str) -> int:
-    """`[lan] mss` of a site's gateway: 0 (the interface's MSS) unless `[lab]
-    lan_mss` is "auto" (gateway.lan_mss) or N (N where lan_mss would reduce
-    it), to measure what a reduced MSS changes."""
-    v = topo.lab.lan_mss
-    auto = lan_mss(topo, site)
-    return auto if v == "auto" else int(v) if auto else 0
-
-
-def gateway_rt_priority(topo: Topology) -> int:
-    """SCHED_FIFO priority of the lab's gridsplitd processes (`[lab] gateway_rt`; 0: normal scheduling).
-
-    A real gateway is a host of its own; in the lab it shares two vCPUs with
-    every MPI rank. Twenty ranks that yield when idle still keep the run queue
-    full, so a gateway woken by a packet waited for a time slice: each relayed
-    message paid the ranks' scheduling, which direct mode (no gateway) never
-    does. Real-time priority, below the delay line's (10), gives the gateways
-    the CPU when they have work, as their own host would; they sleep otherwise.
-    """
-    return topo.lab.gateway_rt
-
-
-def _start_gateways(topo: Topology, names: LabNames, gridsplitd: str, sites: list[str], rt: int) -> dict[str, int]:
-    """One gridsplitd per gateway host, sharing one fresh pre-shared key; `rt`: gateway_rt_priority(topo)."""
-    psk = names.state_dir / "psk"
-    new_psk(psk)
-    (names.state_dir / "nodes.conf").write_text(nodes_conf(topo))  # the ranks' GRIDSPLIT_CONFIG (mpi.split_env)
-    pids = {}
-    for site in sites:
-        cfg = names.state_dir / f"gw-{site}.toml"
-        cfg.write_text(gateway_toml(topo, site, str(psk), sub_segment=topo.lab.sub_segment,
-                                    mss=gateway_lan_mss(topo, site)))
-        pids[f"gw-{site}"] = spawn_gateway(names, gridsplitd, site, rt)
-    # Ready when every gateway answers on its admin port and sees all its peers.
-    deadline = time.monotonic() + 15
-    pending = set(sites)
-    while pending and time.monotonic() < deadline:
-        for site in list(pending):
-            pid = pids[f"gw-{site}"]
-            if not Path(f"/proc/{pid}").exists() or zombie(pid):
-                tail = (names.state_dir / f"gw-{site}.log").read_text().strip().splitlines()
-                raise GridsplitError(f"gridsplitd on {site}-gw exited at start: {tail[-1] if tail else 'no output'}")
-            st = gateway_status(names, site, quiet=True)
-            if st is not None and _links_up(st) >= len(sites) - 1:
-                pending.discard(site)
-        time.sleep(0.1)
-    if pending:
-        raise GridsplitError(f"gateways {', '.join(sorted(pending))} did not bring up their WAN links within 15 s; "
-                             f"see {names.state_dir}/gw-*.log")
-    return pids
-
-
-def _raise_nofile() -> None:
-    """In spawn_gateway's child: a gateway holds one descriptor per flow, so give it
-    deploy/gridsplitd.service's LimitNOFILE (1048576) where allowed (CAP_SYS_RESOURCE),
-    else the hard limit; the inherited soft limit (often 1024) caps a lab's flows."""
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
-    except (ValueError, OSError):
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def spawn_gateway(names: LabNames, gridsplitd: str, site: str, rt: int, append: bool = False) -> int:
-    """Start one site's gridsplitd from its config in the state directory; its PID
-    (`ip netns exec` and `chrt` exec it). `append` keeps the log of an earlier run."""
-    prio = ["chrt", "-f", str(rt)] if rt else []
-    log = open(names.state_dir / f"gw-{site}.log", "a" if append else "w")
-    ns = names.host_ns(f"{site}-gw")
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, *prio, gridsplitd, "--config",
-                             str(names.state_dir / f"gw-{site}.toml")],
-                            stdout=log, stderr=log, start_new_session=True, preexec_fn=_raise_nofile)
-    log.close()
-    return proc.pid
-
-
-def _links_up(status: dict[str, Any]) -> int:
-    # gridsplitd lists a link in /status only once it is authenticated and up.
-    return sum(1 for l in status.get("links", []) if l.get("peer"))
-
-
-def gateway_status(names: LabNames, site: str, quiet: bool = False) -> dict[str, Any] | None:
-    """The /status JSON of a lab gateway (read from inside its namespace)."""
-    cp = in_ns(names.host_ns(f"{site}-gw"), [
-        sys.executable, "-c",
-        "import sys,urllib.request;sys.stdout.write(urllib.request.urlopen(sys.argv[1],timeout=3).read().decode())",
-        f"http://{ADMIN}/status"], check=False, timeout=10)
-    if cp.returncode != 0:
-        if quiet:
-            return None
-        raise GridsplitError(f"gateway of {site} does not answer on {ADMIN}: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else 'no output'}")
-    return json.loads(cp.stdout)
+    out = [f"route add prohibit {peer.subnet}"]
+    for ip in peer.gateway_addrs:
+        out += [f"route add {ip}/32 {via}", f"rule add pref {GATEWAY_RULE_PREF + 1 + k} to {ip}/32 prohibit"]
+    return out
 
 
 CALIBRATION_PROBES = 50
