@@ -60,6 +60,17 @@ def needs_root():
         pytest.skip("lab tests need root (network namespaces)")
 
 
+# Fixtures that bring a lab up: every test that uses one is marked `lab`, so
+# `-m "not lab"` keeps a run off the machine's one lab slot.
+LAB_FIXTURES = {"lab", "glab", "ulab", "outage_lab", "wizard_lab", "sshd_lab", "sshd_on_lab_hosts"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.lab)
+
+
 @pytest.fixture(scope="module")
 def lab():
     needs_root()

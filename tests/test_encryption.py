@@ -150,6 +150,7 @@ def capture_transfer(tmp: Path, topo: str) -> tuple[bytes, dict, str]:
         gridsplit("lab", "down")
 
 
+@pytest.mark.lab
 @pytest.mark.parametrize("encryption", ["noise", "insecure"])
 def test_an_eavesdropper_on_the_wan_sees_no_payload(tmp_path, encryption):
     needs_root()

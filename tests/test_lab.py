@@ -55,6 +55,7 @@ def test_bad_scale_is_one_line():
         assert cp.returncode == 2 and "is not a positive number or auto" in cp.stderr and "Traceback" not in cp.stderr
 
 
+@pytest.mark.lab
 def test_auto_scale_probes_the_schedule_and_says_the_scale(tmp_path):
     """`lab up --scale auto` measures one full-rate WAN flow against the delay line's schedule and
     says which scale it keeps; a bench reuses that lab rather than rebuilding it at the topology's scale."""
@@ -97,7 +98,7 @@ def test_a_missed_bound_is_explained_with_its_cause_and_what_to_do():
     assert "holds only 8 full frames" in what and "--scale 5" in todo
 
 
-
+def test_up_twice_is_refused_in_one_line(lab):
     cp = gridsplit("lab", "up", "--topology", "mini", check=False)
     assert cp.returncode == 2
     assert "already up" in cp.stderr and "lab down" in cp.stderr and "Traceback" not in cp.stderr
@@ -226,6 +227,7 @@ def test_nic_is_capped_at_line_rate_and_passes_full_frames(lab):
     assert ping.returncode == 0, ping.stdout + ping.stderr
 
 
+@pytest.mark.lab
 def test_down_leaves_nothing_even_after_a_crash():
     needs_root()
     # Its own lab, named after the suite's prefix so that no other lab (a
