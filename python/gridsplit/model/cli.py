@@ -29,7 +29,7 @@ from ..sysdeps import repo_root
 from ..topology import load_topology
 from . import advise as advice
 from . import measure as measuring
-from . import splitadvise, splitmodel, splitvalidate
+from . import splitadvise, splitmodel, splitrecord, splitvalidate
 from . import validate as validation
 from .advise import load_validation, shipped, summary_of
 from .collectives import ALGORITHMS, select
@@ -396,7 +396,7 @@ def validate_split(files, out) -> None:
     elif root is None:
         raise GridsplitError("no result files given and not in a gridsplit checkout; give `gridsplit bench` JSONL files")
     else:
-        paths = [root / f for f in splitvalidate.DEFAULT_FILES]
+        paths = splitvalidate.default_files(root)
     result = splitvalidate.validate(paths, _command(), root)
     outdir = Path(out) if out else OUTDIR / f"{time.strftime('%Y-%m-%d')}-split"
     outdir.mkdir(parents=True, exist_ok=True)
@@ -411,3 +411,14 @@ def validate_split(files, out) -> None:
     for line in lines[:16]:
         _con().print(line, markup=False)
     _con().print(f"results in {outdir}/ ({', '.join(written)})")
+
+
+@model.command("record-predictions")
+@click.argument("topologies", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for README.md and predictions.jsonl.")
+@click.option("--run-policy-from", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A predictions.jsonl whose recorded split policy the measuring lab applies [the model's own].")
+def record_predictions(topologies, out, run_policy_from) -> None:
+    """Record the split model's predictions for grids before they are measured (a held-out test), no lab."""
+    res = splitrecord.record(list(topologies), Path(out), _command(), Path(run_policy_from) if run_policy_from else None)
+    _con().print(f"{len(res['rows'])} predictions of {len(topologies)} grids in {out}/ (README.md, predictions.jsonl)")

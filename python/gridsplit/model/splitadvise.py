@@ -25,8 +25,10 @@ SHIPPED = "split-validation.json"
 SUMMARY_KIND = "gridsplit-split-validation-summary"
 SUMMARY_VERSION = 1
 # The default policy (split_policy): the job is unknown, so a pair is split only where the
-# model predicts a gain for a gather and no loss beyond TOLERANCE for an all-to-all.
-POLICY_JOBS = (("gather", 10_000), ("gather", 1_000_000), ("alltoall", 10_000), ("alltoall", 1_000_000))
+# model predicts a gain for one of these and no loss beyond TOLERANCE for any; the neighbour
+# exchange (halo) stands for applications such as LAMMPS (docs/model.md §5.6).
+POLICY_JOBS = (("gather", 10_000), ("gather", 1_000_000), ("alltoall", 10_000), ("alltoall", 1_000_000),
+               ("halo", 10_000), ("halo", 1_000_000))
 # How to measure what a grid parameter out of the validated range leaves unknown.
 MEASURE = {"rtt_ms": "`gridsplit netcheck` measures the RTTs", "loss": "`gridsplit netcheck` measures the loss (retransmissions)",
            "nic_mbps": "`gridsplit netcheck` measures what a node reaches",
@@ -108,7 +110,7 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
             continue   # a site without nodes runs no rank: nothing of a job crosses this pair
         entry = {"sites": [a.name, b.name], "rtt_ms": w.rtt_ms, "loss": w.loss, "ops": []}
         for op in ops:
-            job = sm.Job(op, size, impl, senders=senders if op != "alltoall" else None)
+            job = sm.Job(op, size, impl, senders=None if op in sm.EXCHANGES else senders)
             c = sm.cell(topo, job, (a.name, b.name))
             band = _band(bands, op)
             lo, hi = c["ratio"] - band["p90"], c["ratio"] + band["p90"]

@@ -29,160 +29,16 @@ operation, as `gridsplit bench` times it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from collections import Counter
 from functools import lru_cache
 
-from ..tcpbound import FRAME_OVERHEAD as HEADERS, GOODPUT
 from ..errors import GridsplitError
 from ..capacity import LAN_RTT_S, lan_window_budget, wan_streams
-from ..tcpbound import mathis_mbps
 from ..topology import Site, Topology
-
-MSS = 1448
-IW = 10 * MSS                    # Linux's initial window, RFC 6928
-BETA = 0.7                       # CUBIC's multiplicative decrease
-DUPACK_WINDOW = 4 * MSS          # a lost segment needs three behind it for fast retransmit
-RTO_MIN = 0.2                    # Linux's minimum retransmission timeout, s
-RELAY_S = 110e-6                 # one crossing through the two gateways (relay-latency.md: 0.10-0.12 ms)
-OPS = ("gather", "bcast", "alltoall", "pingpong")
-# Split is advised below this predicted split/direct: a gain smaller than the model's median
-# error in its validation (results/model/2026-11-26-split) is not one to deploy gateways for.
-DECIDE_BELOW = 0.95
-# Measured split/direct within 5 % of 1: either mode is as good (issue 22's scoring, and
-# the policy's "never slower beyond noise").
-TOLERANCE = 0.05
-# MPI library facts the model needs (docs/model.md §5.1, "Protocol"): the largest message sent
-# eagerly (MPICH's, UCX's, is not recorded: v8 shows no rendezvous at 10 KB and one at 100 KB),
-# whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields), and
-# whether the library's gather is a binomial tree (MPICH) or linear (Open MPI).
-IMPLS = {"openmpi": {"eager": 65536, "poll": False, "tree": False},
-         "mpich": {"eager": 65536, "poll": True, "tree": True}}
-
-
-def Bps(mbps: float) -> float:
-    """Payload bytes per second of a link of `mbps` carrying full-size frames."""
-    return mbps * 1e6 / 8 * GOODPUT
-
-
-@dataclass(frozen=True)
-class Job:
-    """What the model needs to know about the MPI job besides the grid."""
-    op: str
-    size: int                    # bytes per rank (per pair for alltoall)
-    impl: str = "openmpi"
-    streams: int | None = None   # WAN connections per split link; None: the topology's or gateway.wan_streams
-    senders: int | None = None   # gather/bcast: nodes of the bigger site taking part (None: all)
-    poll: bool | None = None     # ranks busy-poll; None: the library's habit (IMPLS)
-
-    @property
-    def lib(self) -> dict:
-        lib = IMPLS[self.impl]
-        return lib if self.poll is None else {**lib, "poll": self.poll}
-
-    @property
-    def rendezvous(self) -> bool:
-        return self.size > self.lib["eager"]
-
-
-# -- the terms ---------------------------------------------------------------
-
-
-def port_window(buffer: int, rate: float, rtt: float, arrival: float, bursty: bool) -> float:
-    """Bytes the flows converging on one drop-tail port hold in flight without loss.
-
-    ACK-clocked senders arrive at the port's own rate once the pipe is full: the
-    port holds its buffer plus what is on the way (rate x RTT). Senders whose ACKs
-    come in batches (busy-polling ranks sharing cores with the kernel) send whole
-    windows at their aggregate rate `arrival`; the port drains `rate` of it while
-    the burst lasts, so a burst of B overflows once B (1 - rate/arrival) > buffer.
-    Infinite when the arrival rate cannot exceed the port's."""
-    if arrival <= rate * 1.0001:
-        return math.inf
-    if not bursty:
-        return buffer + rate * rtt
-    return buffer / (1 - rate / arrival)
-
-
-def burst_rounds(flight: float, buffer: int, rate: float, arrival: float) -> int:
-    """Extra round trips lost to a first flight of `flight` bytes arriving at `arrival` into a
-    port of `rate` and `buffer`: each round drops what the buffer cannot hold, and the
-    retransmissions arrive again as a burst, until they fit."""
-    rounds, lost = 0, flight
-    while rounds < 20 and arrival > rate and lost * (1 - rate / arrival) > buffer:
-        lost = lost * (1 - rate / arrival) - buffer
-        rounds += 1
-    return rounds
-
-
-def recovery_s(window: float, rtt: float) -> float:
-    """What one round of losses costs the connection that lost: fast retransmit one RTT later
-    when at least three segments follow the loss, otherwise a retransmission timeout."""
-    return rtt if window >= DUPACK_WINDOW else max(RTO_MIN, rtt)
-
-
-def restart_window(window: float, idle: float, rtt: float) -> float:
-    """The window a connection resumes with after `idle` seconds (Linux, slow start after
-    idle): halved once per RTO elapsed (the RTO being about the RTT plus RTO_MIN), never
-    below the initial window; untouched after an idle shorter than one RTO."""
-    halvings = int(idle // (RTO_MIN + rtt))
-    return max(float(IW), window / 2 ** min(halvings, 30)) if halvings else window
-
-
-def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) -> float:
-    """Idle time a window below the pipe (rate x rtt) adds to sending `volume`: in each round
-    trip before the window fills the pipe, the part of the round trip it leaves empty. The
-    window doubles per round trip (slow start), or grows by `add` bytes (congestion avoidance
-    after a loss: one segment per connection per round trip)."""
-    pipe, w, sent, idle = rate * rtt, w0, 0.0, 0.0
-    while w < pipe and sent + w < volume:   # a round that sends the rest ends the transfer
-        idle += rtt - w / rate
-        sent += w
-        w = w + add if add else 2 * w
-    return idle
-
-
-def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:
-    """Idle time slow start adds to `flows` connections opening with `w0` bytes each (ramp_s)."""
-    return ramp_s(volume, flows * w0, rate, rtt)
-
-
-def steady_rate(rate: float, rtt: float, limit: float, flows: int, bursty: bool = False) -> float:
-    """Bytes/s the flows sustain on a path of `rate` when a port holds `limit` bytes of them
-    in flight without loss. ACK-clocked flows fill the queue together and lose together,
-    so CUBIC's sawtooth averages (1 + BETA)/2 of the limit; a burst's overflow hits one
-    flow's tail, so the aggregate loses only that flow's share, 1 - (1 - BETA)/(2 flows)."""
-    if not math.isfinite(limit):
-        return rate
-    avg = (1 - (1 - BETA) / (2 * flows)) if bursty else (1 + BETA) / 2
-    return min(rate, avg * limit / rtt)
-
-
-def random_loss_rate(rate: float, volume: float, rtt: float, loss: float, conns: int) -> float:
-    """The rate `conns` connections keep at random loss p (Mathis et al.'s bound, one per
-    connection), for a transfer of `volume` bytes. The bound is a long-run average over loss
-    events; a connection that meets fewer than one loss in the transfer keeps its window
-    (warm links, between repetitions, regrow), so the bound weighs in by the share f of a
-    loss event each connection meets: 1/rate' = (1 - f)/rate + f/(conns x Mathis)."""
-    if loss <= 0:
-        return rate
-    f = min(1.0, volume / MSS * loss / conns)
-    bound = conns * mathis_mbps(MSS, rtt * 1e3, loss) * 1e6 / 8
-    return 1 / ((1 - f) / rate + f / min(rate, bound))
-
-
-def lan_frame_efficiency(budget: int, flows: int) -> float:
-    """Payload share a clamped LAN leg keeps (incast-windows.md, "Frames"): a share of two
-    segments or more is filled with full frames; a smaller one is sent as two frames per
-    window (a 1448- and an 88-byte segment, or 768 and 384 under one segment)."""
-    if not budget or flows <= 0:
-        return 1.0
-    share = budget / flows
-    if share >= 2 * MSS:
-        return 1.0
-    payload = min(share, 1536)
-    return min(1.0, payload / (payload + 2 * HEADERS) / GOODPUT)
-
+from .splitterms import (BETA, DECIDE_BELOW, DUPACK_WINDOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S, RTO_MIN, TOLERANCE,  # noqa: F401
+                         Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
+                         recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex)
 
 # -- the grid ----------------------------------------------------------------
 
@@ -244,16 +100,18 @@ def direct_flows(job: Job, n: int, gather: bool) -> list[float]:
     return sizes
 
 
-def one_to_many(topo: Topology, job: Job, split: bool, gather: bool) -> dict:
+def one_to_many(topo: Topology, job: Job, split: bool, gather: bool, sites: tuple[Site, Site] | None = None,
+                ranks: int | None = None) -> dict:
     """A gather (n senders of the bigger site into a root of the other) or a flat broadcast
-    (the root to n nodes), direct or split, per repetition."""
-    src, dst = pair_sites(topo)
+    (the root to n nodes), direct or split, per repetition. `sites`: (the n nodes' site, the
+    root's) instead of the bigger and the other; `ranks`: the job's ranks (its barrier), if more."""
+    src, dst = sites or pair_sites(topo)
     n = job.senders or src.nodes
     vol = n * job.size
     w = topo.wan(src.name, dst.name)
     rtt, loss = w.rtt_ms / 1e3, w.loss
     bursty = job.lib["poll"]
-    lat, crossings = latency_rounds(job, n + 1, rtt)
+    lat, crossings = latency_rounds(job, max(n + 1, ranks or 0), rtt)
     many, one = src, dst   # `one` hosts the root, `many` the n nodes; a gather flows many -> one, a broadcast back
     nic_many, nic_one, wan = Bps(many.nic_mbps) * n, Bps(one.nic_mbps), Bps(w.rate_mbps)
     uplinks = min(Bps(src.uplink_mbps), Bps(dst.uplink_mbps))
@@ -299,6 +157,13 @@ def one_to_many(topo: Topology, job: Job, split: bool, gather: bool) -> dict:
               "wan": min(wan, Bps(src.gateway_nic_mbps), Bps(dst.gateway_nic_mbps),
                          topo.gateways.per_flow_buffer / rtt),
               "lan_one": min(Bps(one.gateway_nic_mbps), nic_one)}
+    fed = 0.0
+    if gather:
+        # The far gateway feeds the root's port with the n relayed flows, each paced at the root's rate;
+        # what goes beyond the port's buffer pays the loss episodes.
+        fed = fed_port_excess(n, one.switch_buffer_bytes, nic_one, min(Bps(one.gateway_nic_mbps), n * nic_one), bursty)
+        beyond = max(0.0, vol - one.switch_buffer_bytes)
+        stages["lan_one"] = vol / (vol / stages["lan_one"] + beyond * fed / nic_one)
     if not budget and gather:
         # No LAN clamps: the senders' windows meet at the gateway's port, recovered at LAN RTT.
         lim = port_window(many.switch_buffer_bytes, Bps(many.gateway_nic_mbps), LAN_RTT_S, nic_many, bursty)
@@ -314,7 +179,52 @@ def one_to_many(topo: Topology, job: Job, split: bool, gather: bool) -> dict:
     stall = 0.0 if mathis_binds else vol / MSS * loss * rtt
     parts = {"latency": lat, "relay": RELAY_S * crossings, "transfer": vol / rate, "slow_start": 0.0,
              "incast": 0.0, "loss_stall": stall}
-    return {"seconds": sum(parts.values()), "parts": parts, "rate_Bps": rate, "bottleneck": bottleneck, "streams": k}
+    return {"seconds": sum(parts.values()), "parts": parts, "rate_Bps": rate, "bottleneck": bottleneck, "streams": k,
+            "fed_port": fed}
+
+
+def all_to_one(topo: Topology, job: Job, split, gather: bool = True) -> dict:
+    """A gather (or flat broadcast) of `gridsplit bench -n all`: the root on the second site's first
+    node, every other node of the grid a sender, the site pairs in `split` relayed. Each remote
+    site's senders are one_to_many's group (direct, or split when their pair with the root's site
+    is relayed); the root's own site's send over the LAN. All of them share the root's port: the
+    transfer is the slowest group's plus every other group's bytes at the root's NIC, and the
+    other terms (protocol, slow start, incast, relays, loss stalls) are the slowest group's."""
+    root = topo.sites[1]
+    split = {frozenset(p) for p in split}
+    total = sum(x.nodes for x in topo.sites)
+    nic = Bps(root.nic_mbps)
+    groups, vol = [], 0.0
+    for x in topo.sites:
+        c = x.nodes - (x.name == root.name)
+        if c <= 0:
+            continue
+        vol += c * job.size
+        if x.name == root.name:
+            groups.append((c * job.size, {"latency": LAN_RTT_S * (1.5 if job.rendezvous else 0.5),
+                                          "transfer": c * job.size / nic}))
+            continue
+        g = one_to_many(topo, replace(job, senders=c), frozenset((x.name, root.name)) in split, gather,
+                        (x, root), total)
+        groups.append((c * job.size, g["parts"]))
+    transfer = max(p["transfer"] + (vol - v) / nic for v, p in groups)
+    slowest = max((p for _, p in groups), key=lambda p: sum(v for k, v in p.items() if k != "transfer"))
+    parts = {**slowest, "transfer": transfer}
+    return {"seconds": sum(parts.values()), "parts": parts, "layout": "all"}
+
+
+def crossed_pairs(topo: Topology, op: str) -> set[frozenset[str]]:
+    """The site pairs an operation of `gridsplit bench -n all` sends bytes across: every pair of
+    sites with nodes (alltoall), the ring's site boundaries (halo), or the pairs of the root's
+    site (gather, bcast)."""
+    if op == "halo":
+        r = ranks_of(topo)
+        return {frozenset((a.name, b.name)) for a, b in zip(r, r[1:] + r[:1]) if a.name != b.name}
+    with_nodes = [x.name for x in topo.sites if x.nodes]
+    if op == "alltoall":
+        return {frozenset((a, b)) for a in with_nodes for b in with_nodes if a < b}
+    root = topo.sites[1].name
+    return {frozenset((x, root)) for x in with_nodes if x != root}
 
 
 def ranks_of(topo: Topology) -> list[Site]:
@@ -327,17 +237,26 @@ def ranks_of(topo: Topology) -> list[Site]:
     return order
 
 
-def _path(topo: Topology, a: Site, b: Site, split: bool) -> list[tuple[tuple, float]]:
+def _path(topo: Topology, a: Site, b: Site, split: bool, hd: frozenset[str] = frozenset()) -> list[tuple[tuple, float]]:
     """The (resource, payload rate) a byte from a node of `a` to a node of `b` crosses; ("rank", site, ...)
-    stands for the one rank's NIC at either end."""
+    stands for the one rank's NIC at either end. A gateway of a site in `hd` carries its two
+    directions one after the other (half_duplex): one resource for both."""
     res = [(("rank", a.name, "NIC out"), Bps(a.nic_mbps)), (("rank", b.name, "NIC in"), Bps(b.nic_mbps))]
     if a.name == b.name:
         return res
     res.append((("WAN", a.name, b.name), Bps(topo.wan(a.name, b.name).rate_mbps)))
     if split:
         # One NIC per gateway: in from the nodes and out to the WAN at a, in from the WAN and out to the nodes at b.
-        res += [((x.name, "gateway NIC", d), Bps(x.gateway_nic_mbps)) for x in (a, b) for d in ("in", "out")]
+        res += [((x.name, "gateway NIC", "in+out" if x.name in hd else d), Bps(x.gateway_nic_mbps))
+                for x in (a, b) for d in ("in", "out")]
     return res
+
+
+def _half_duplex_sites(topo: Topology, flows: Counter, split: frozenset[frozenset[str]]) -> frozenset[str]:
+    """The sites whose gateway relays both directions at once with its LAN flows under a segment of
+    clamp share each (half_duplex); `flows[s]`: the relayed LAN flows leaving s's nodes at once."""
+    both = {x for p in split for x in p}
+    return frozenset(s for s, f in flows.items() if s in both and half_duplex(lan_window_budget(topo, s), f))
 
 
 def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: float, volume: float,
@@ -393,6 +312,12 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     relay = lambda a, b: a.name != b.name and frozenset((a.name, b.name)) in split
     rtt_max = max((w.rtt_ms / 1e3 for w in topo.wans if topo.site(w.a).nodes and topo.site(w.b).nodes), default=LAN_RTT_S)
     route = {(a, b): _path(topo, site[a], site[b], relay(site[a], site[b])) for a in site for b in site}
+    hd: frozenset[str] = frozenset()
+    if not job.rendezvous:
+        # Every message at once: a site's nodes open a relayed flow to every rank of each relayed peer.
+        out = Counter({s.name: s.nodes * sum(o.nodes for o in topo.sites if relay(s, o)) for s in topo.sites})
+        hd = _half_duplex_sites(topo, out, split)
+        route = {(a, b): _path(topo, site[a], site[b], relay(site[a], site[b]), hd) for a in site for b in site}
     if job.rendezvous:
         # Per step, how many rank pairs go from each site to each: a rank's NIC carries one message
         # of a step, the WAN links and gateways are shared by the step's pairs that cross them.
@@ -441,7 +366,72 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     parts = {"latency": rtt_max, "relay": RELAY_S * 2 if split else 0.0, "transfer": times[bottleneck],
              "slow_start": 0.0, "incast": rec}
     return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "all at once",
-            "bottleneck": " ".join(map(str, bottleneck))}
+            "bottleneck": " ".join(map(str, bottleneck)), "half_duplex": sorted(hd)}
+
+
+def halo(topo: Topology, job: Job, split) -> dict:
+    """`_halo` with the relayed site pairs given as any collection of pairs (cached)."""
+    return _halo(topo, job, frozenset(frozenset(p) for p in split))
+
+
+@lru_cache(maxsize=32)
+def _halo(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dict:
+    """The neighbour exchange of `gridsplit bench halo` (mpi/coll.c): every node of the grid in
+    the bench's rank order on a ring, each rank sending `job.size` bytes to both neighbours and
+    receiving as much from them, all four transfers posted at once. The ring crosses a site
+    boundary wherever consecutive ranks sit on different sites. Every message leaves at once:
+    the busiest resource of the exchange, where a one-NIC gateway carries both directions of
+    each relayed neighbour pair (in from its node and from the WAN, out to the WAN and to its
+    node: twice what a boundary node's NIC carries), against the slowest crossing message on
+    its own (its share of its path, slow start after the repetition's idle on a direct
+    connection, two flows into the receiver's port). Above the eager limit a rendezvous
+    round trip precedes the data."""
+    ranks = ranks_of(topo)
+    P = len(ranks)
+    if P < 2:
+        raise GridsplitError(f"topology {topo.name!r} has one node: a neighbour exchange needs two ranks or more")
+    relay = lambda a, b: a.name != b.name and frozenset((a.name, b.name)) in split
+    msgs = Counter()
+    for i, x in enumerate(ranks):
+        for j in ((i - 1) % P, (i + 1) % P):
+            msgs[(x.name, ranks[j].name)] += 1
+    out = Counter()
+    for (a, b), n in msgs.items():
+        if relay(topo.site(a), topo.site(b)):
+            out[a] += n
+    hd = _half_duplex_sites(topo, out, split)
+    route = {(a, b): _path(topo, topo.site(a), topo.site(b), relay(topo.site(a), topo.site(b)), hd) for a, b in msgs}
+    load: Counter = Counter()
+    rate: dict[tuple, float] = {}
+    users: Counter = Counter()
+    for (a, b), n in msgs.items():
+        for r, bps in route[(a, b)]:
+            if r[0] == "rank":
+                # A rank's NIC sends its two messages (and receives two); per rank of its site.
+                load[r] = max(load[r], 2 * job.size)
+                users[r] = 2
+            else:
+                load[r] += n * job.size
+                users[r] += n
+            rate[r] = bps
+    times = {r: load[r] / rate[r] for r in load}
+    bottleneck = max(times, key=times.get)
+    crossing = [(a, b) for a, b in msgs if a != b]
+    rtt_max = max((topo.wan(a, b).rtt_ms / 1e3 for a, b in crossing), default=LAN_RTT_S)
+    lat = rtt_max * (1.5 if job.rendezvous else 0.5)
+    parts = {"latency": lat, "relay": 0.0, "transfer": times[bottleneck], "slow_start": 0.0, "incast": 0.0}
+    # Each connection carries one message per repetition, idle for the rest of it.
+    idle = lat + times[bottleneck]
+    worst = None
+    for a, b in crossing:
+        share = min(bps / users[r] for r, bps in route[(a, b)])
+        t = _transfer(topo, job, topo.site(a), topo.site(b), relay(topo.site(a), topo.site(b)), share, job.size, idle)
+        if worst is None or sum(t.values()) > sum(worst.values()):
+            worst = t
+    if worst and sum(worst.values()) > sum(parts.values()):
+        parts = {**parts, **worst, "transfer": max(worst["transfer"], times[bottleneck])}
+    return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "ring, all at once",
+            "bottleneck": " ".join(map(str, bottleneck)), "half_duplex": sorted(hd), "crossings": len(crossing)}
 
 
 def pingpong(topo: Topology, job: Job, split: bool) -> dict:
@@ -472,10 +462,11 @@ def predict(topo: Topology, job: Job, split: bool, pair: tuple[str, str] | None 
     if job.impl not in IMPLS:
         raise GridsplitError(f"MPI library {job.impl!r} is unknown to the model (it knows {', '.join(IMPLS)}); "
                              f"its eager limit and polling are what it needs: `gridsplit model measure --impl` measures them")
-    if job.op == "alltoall":
+    if job.op in EXCHANGES:
         pairs = frozenset(frozenset((w.a, w.b)) for w in topo.wans)
         chosen = pairs if pair is None else frozenset({frozenset(pair)})
-        return alltoall(topo, job, chosen if split else frozenset())
+        run = alltoall if job.op == "alltoall" else halo
+        return run(topo, job, chosen if split else frozenset())
     sub = restrict(topo, pair) if pair else topo
     if job.op == "pingpong":
         return pingpong(sub, job, split)
@@ -494,7 +485,7 @@ def cell(topo: Topology, job: Job, pair: tuple[str, str] | None = None) -> dict:
     ratio = s["seconds"] / d["seconds"]
     out = {"op": job.op, "size": job.size, "impl": job.impl, "direct_s": d["seconds"], "split_s": s["seconds"],
            "ratio": ratio, "split": ratio < DECIDE_BELOW, "direct_parts": d["parts"], "split_parts": s["parts"]}
-    if job.op != "alltoall":
+    if job.op not in EXCHANGES:
         a, b = pair_sites(topo, *pair) if pair else pair_sites(topo)
         out["streams"] = streams_for(topo, a, b, job)
     return out

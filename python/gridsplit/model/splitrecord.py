@@ -33,10 +33,13 @@ def _fmt(m: int) -> str:
     return f"{m // 1_000_000}M" if m >= 1_000_000 else f"{m // 1000}K"
 
 
-def grid_rows(path: str, topo: Topology, bands: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every (pair, op, size, impl) of one grid, with the policy and the ratio expected under it."""
+def grid_rows(path: str, topo: Topology, bands: dict[str, Any], run_policy: set[frozenset[str]] | None) -> list[dict[str, Any]]:
+    """Every (pair, op, size, impl) of one grid (`model advise`), with the model's own policy, and
+    the bench's `-n all` layout under the policy the measuring lab applies (`run_policy`, the
+    model's own when None): what its split/direct should be."""
     policy = splitadvise.split_policy(topo)
     split = {frozenset(p) for p, (yes, _) in policy.items() if yes}
+    run = split if run_policy is None else run_policy
     reasons = {frozenset(p): why for p, (_, why) in policy.items()}
     rows = []
     for impl in IMPLS:
@@ -49,36 +52,51 @@ def grid_rows(path: str, topo: Topology, bands: dict[str, Any]) -> list[dict[str
                 for pair in splitadvise.pair_cells(topo, [op], m, impl, bands):
                     c = pair["ops"][0]
                     key = frozenset(pair["sites"])
-                    row = {"kind": "prediction", "grid": topo.name, "file": path, "pair": pair["sites"], "op": op,
-                           "size": m, "impl": impl, "modelled": True, "direct_s": c["direct_s"],
-                           "split_s": c["split_s"], "split_over_direct": c["split_over_direct"],
-                           "advice_split": c["split"], "band_p90": c["band"]["p90"],
-                           "band_validated": c["band"]["validated"], "streams": c["streams"],
-                           "policy_split": key in split, "policy_reason": reasons.get(key),
-                           "expected_under_policy": c["split_over_direct"] if key in split else 1.0}
-                    rows.append(row)
-                if op in ("alltoall", "halo") and len(topo.sites) > 2:
-                    # The whole grid's exchange, every pair the policy splits relayed at once.
-                    job = sm.Job(op, m, impl)
-                    run = sm.alltoall if op == "alltoall" else sm.halo
-                    d, s = run(topo, job, frozenset()), run(topo, job, split)
-                    rows.append({"kind": "prediction", "grid": topo.name, "file": path, "pair": "all, as the policy splits",
-                                 "op": op, "size": m, "impl": impl, "modelled": True, "direct_s": d["seconds"],
-                                 "split_s": s["seconds"], "split_over_direct": s["seconds"] / d["seconds"],
-                                 "policy_split": sorted("-".join(sorted(p)) for p in split),
-                                 "expected_under_policy": s["seconds"] / d["seconds"]})
+                    rows.append({"kind": "prediction", "layout": "pair", "grid": topo.name, "file": path,
+                                 "pair": pair["sites"], "op": op, "size": m, "impl": impl, "modelled": True,
+                                 "direct_s": c["direct_s"], "split_s": c["split_s"],
+                                 "split_over_direct": c["split_over_direct"], "advice_split": c["split"],
+                                 "band_p90": c["band"]["p90"], "band_validated": c["band"]["validated"],
+                                 "streams": c["streams"], "policy_split": key in split,
+                                 "policy_reason": reasons.get(key)})
+                rows.append(bench_row(path, topo, op, m, impl, run))
     return rows
 
 
-def record(files: list[str], out: Path, command: str) -> dict[str, Any]:
+def bench_row(path: str, topo: Topology, op: str, m: int, impl: str, run: set[frozenset[str]]) -> dict[str, Any]:
+    """`gridsplit bench OP -n all` on the grid, with the pairs `run` relayed in its split runs."""
+    job = sm.Job(op, m, impl)
+    relayed = run & sm.crossed_pairs(topo, op)
+    if op in sm.EXCHANGES:
+        f = sm.alltoall if op == "alltoall" else sm.halo
+        d, s = f(topo, job, frozenset()), f(topo, job, frozenset(relayed))
+    else:
+        d = sm.all_to_one(topo, job, set(), op == "gather")
+        s = sm.all_to_one(topo, job, relayed, op == "gather")
+    return {"kind": "prediction", "layout": "bench -n all", "grid": topo.name, "file": path, "pair": "-n all",
+            "op": op, "size": m, "impl": impl, "modelled": True, "direct_s": d["seconds"], "split_s": s["seconds"],
+            "split_over_direct": s["seconds"] / d["seconds"], "kept_direct": not relayed,
+            "relayed": sorted("-".join(sorted(p)) for p in relayed)}
+
+
+def run_policy_of(predictions: Path, grid: str) -> set[frozenset[str]]:
+    """The pairs a recorded predictions file's policy splits on `grid` (its meta row's `policies`)."""
+    meta = json.loads(predictions.read_text().splitlines()[0])
+    return {frozenset(p.split("-", 1)) for p, why in meta["policies"][grid].items() if why.startswith("split")}
+
+
+def record(files: list[str], out: Path, command: str, run_policy_from: Path | None = None) -> dict[str, Any]:
+    """Predictions of every grid of `files` into `out`; `run_policy_from`: a predictions file whose
+    recorded policy the measuring lab applies (else the model's own)."""
     bands = splitadvise.load_bands()
     meta = {"kind": KIND, "version": VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.gmtime()),
             "git": machine.facts().get("git"), "command": command, "files": files, "sizes": list(SIZES),
-            "decide_split_below": sm.DECIDE_BELOW, "ops_modelled": list(sm.OPS)}
+            "decide_split_below": sm.DECIDE_BELOW, "ops_modelled": list(sm.OPS),
+            "run_policy_from": str(run_policy_from) if run_policy_from else None}
     rows, policies = [], {}
     for f in files:
         topo = load_topology(f)
-        rows += grid_rows(f, topo, bands)
+        rows += grid_rows(f, topo, bands, run_policy_of(run_policy_from, topo.name) if run_policy_from else None)
         policies[topo.name] = {f"{a}-{b}": why for (a, b), (_, why) in splitadvise.split_policy(topo).items()}
     meta["policies"] = policies
     meta["sha256"] = {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files}
@@ -92,31 +110,39 @@ def record(files: list[str], out: Path, command: str) -> dict[str, Any]:
 
 
 def report_lines(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    run = meta.get("run_policy_from")
     L = [f"# Split model predictions, recorded {meta['date']}", "",
          f"Model: python/gridsplit/model/split*.py at git {meta['git']} (their sha256 and the grids' are in "
          f"predictions.jsonl's meta row). Command: `{meta['command']}`.", "",
-         "Per grid, site pair (the bigger site sends the gather), op, size and library: the model's split/direct "
-         "for splitting that pair (`model advise`), its decision (split below "
-         f"{meta['decide_split_below']}), and what a bench run under the grid's default policy should measure: "
-         "the pair's ratio where the policy splits it, 1.00 where it keeps it direct (both sides direct). "
-         "`all` rows: the whole grid's exchange with every pair the policy splits relayed.", "",
-         "## Default policy (what `gridsplit gateway config` writes)", ""]
+         "**What a bench run should measure** (`gridsplit bench OP -t GRID -n all`, split runs under the policy "
+         + (f"recorded in `{run}`, the one the measuring lab applies" if run else "the model writes") + "): "
+         "split/direct of the whole operation, every other node sending to the root on the second site (gather, "
+         "bcast), every node (alltoall), the ring in the bench's rank order (halo). Where no pair the operation "
+         "crosses is split, both sides run direct and 1.00 is expected (`kept direct`).", "",
+         "| grid | op | impl | 10K | 100K | 1M | relayed pairs |", "|---|---|---|---:|---:|---:|---|"]
+    bench = [r for r in rows if r.get("layout") == "bench -n all"]
+    for key in dict.fromkeys((r["grid"], r["op"], r["impl"]) for r in bench):
+        cells = {r["size"]: r for r in bench if (r["grid"], r["op"], r["impl"]) == key}
+        fmt = lambda r: "1.00 (kept direct)" if r["kept_direct"] else f"{r['split_over_direct']:.2f}"
+        rel = next(iter(cells.values()))["relayed"]
+        L.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(fmt(cells[m]) for m in SIZES if m in cells)
+                 + f" | {', '.join(rel) or 'none'} |")
+    L += ["", "## The model's own default policy (what `gridsplit gateway config` would write with it)", ""]
     for g, pol in meta["policies"].items():
         L.append(f"- **{g}**")
         L += [f"  - {p}: {why}" for p, why in pol.items()]
-    L += ["", "## Predictions", "",
-          "| grid | pair | op | size | impl | direct | split | split/direct (90 % band) | advice | policy | expected under policy |",
-          "|---|---|---|---:|---|---:|---:|---:|---|---|---:|"]
+    L += ["", "## Per site pair (`gridsplit model advise -t GRID --op OP --size SIZE --impl IMPL --json`)", "",
+          "The pair's split relayed, the rest of the grid direct (gather, bcast: the pair alone, its bigger site "
+          f"sending). Advice: split below {meta['decide_split_below']}.", "",
+          "| grid | pair | op | size | impl | direct | split | split/direct (90 % band) | advice | model's policy |",
+          "|---|---|---|---:|---|---:|---:|---:|---|---|"]
     for r in rows:
-        if not r["modelled"]:
-            L.append(f"| {r['grid']} | - | {r['op']} | {_fmt(r['size'])} | {r['impl']} | - | - | not modelled | - | - | - |")
+        if r.get("layout") != "pair":
+            if not r["modelled"]:
+                L.append(f"| {r['grid']} | - | {r['op']} | {_fmt(r['size'])} | {r['impl']} | - | - | not modelled | - | - |")
             continue
-        pair = r["pair"] if isinstance(r["pair"], str) else "-".join(r["pair"])
-        band = f" (±{r['band_p90']:.2f})" if "band_p90" in r else ""
-        advice = ("split" if r["advice_split"] else "direct") if "advice_split" in r else "-"
-        pol = (("split" if r["policy_split"] else "direct") if isinstance(r["policy_split"], bool)
-               else (", ".join(r["policy_split"]) or "none split"))
-        L.append(f"| {r['grid']} | {pair} | {r['op']} | {_fmt(r['size'])} | {r['impl']} | {r['direct_s'] * 1e3:.1f} ms | "
-                 f"{r['split_s'] * 1e3:.1f} ms | {r['split_over_direct']:.2f}{band} | {advice} | {pol} | "
-                 f"{r['expected_under_policy']:.2f} |")
+        L.append(f"| {r['grid']} | {'-'.join(r['pair'])} | {r['op']} | {_fmt(r['size'])} | {r['impl']} | "
+                 f"{r['direct_s'] * 1e3:.1f} ms | {r['split_s'] * 1e3:.1f} ms | {r['split_over_direct']:.2f} "
+                 f"(±{r['band_p90']:.2f}) | {'split' if r['advice_split'] else 'direct'} | "
+                 f"{'split' if r['policy_split'] else 'direct'} |")
     return L

@@ -1,0 +1,198 @@
+"""The terms of the split model (docs/model.md §5.1): what TCP does at a port, a WAN path and a
+gateway, each a function of the grid's figures, Linux's and the MPI library's. splitmodel.py
+puts them together per operation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..tcpbound import FRAME_OVERHEAD as HEADERS, GOODPUT
+from ..tcpbound import mathis_mbps
+
+MSS = 1448
+IW = 10 * MSS                    # Linux's initial window, RFC 6928
+BETA = 0.7                       # CUBIC's multiplicative decrease
+DUPACK_WINDOW = 4 * MSS          # a lost segment needs three behind it for fast retransmit
+RTO_MIN = 0.2                    # Linux's minimum retransmission timeout, s
+RELAY_S = 110e-6                 # one crossing through the two gateways (relay-latency.md: 0.10-0.12 ms)
+OPS = ("gather", "bcast", "alltoall", "halo", "pingpong")
+EXCHANGES = ("alltoall", "halo")   # ops that span every site of the grid
+# Split is advised below this predicted split/direct: a gain smaller than the model's median
+# error in its validation (results/model/2026-11-26-split) is not one to deploy gateways for.
+DECIDE_BELOW = 0.95
+# Measured split/direct within 5 % of 1: either mode is as good (issue 22's scoring, and
+# the policy's "never slower beyond noise").
+TOLERANCE = 0.05
+# MPI library facts the model needs (docs/model.md §5.1, "Protocol"): the largest message sent
+# eagerly (MPICH's, UCX's, is not recorded: v8 shows no rendezvous at 10 KB and one at 100 KB),
+# whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields), and
+# whether the library's gather is a binomial tree (MPICH) or linear (Open MPI).
+IMPLS = {"openmpi": {"eager": 65536, "poll": False, "tree": False},
+         "mpich": {"eager": 65536, "poll": True, "tree": True}}
+
+
+def Bps(mbps: float) -> float:
+    """Payload bytes per second of a link of `mbps` carrying full-size frames."""
+    return mbps * 1e6 / 8 * GOODPUT
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the model needs to know about the MPI job besides the grid."""
+    op: str
+    size: int                    # bytes per rank (per pair for alltoall)
+    impl: str = "openmpi"
+    streams: int | None = None   # WAN connections per split link; None: the topology's or gateway.wan_streams
+    senders: int | None = None   # gather/bcast: nodes of the bigger site taking part (None: all)
+    poll: bool | None = None     # ranks busy-poll; None: the library's habit (IMPLS)
+
+    @property
+    def lib(self) -> dict:
+        lib = IMPLS[self.impl]
+        return lib if self.poll is None else {**lib, "poll": self.poll}
+
+    @property
+    def rendezvous(self) -> bool:
+        return self.size > self.lib["eager"]
+
+
+# -- the terms ---------------------------------------------------------------
+
+
+def port_window(buffer: int, rate: float, rtt: float, arrival: float, bursty: bool) -> float:
+    """Bytes the flows converging on one drop-tail port hold in flight without loss.
+
+    ACK-clocked senders arrive at the port's own rate once the pipe is full: the
+    port holds its buffer plus what is on the way (rate x RTT). Senders whose ACKs
+    come in batches (busy-polling ranks sharing cores with the kernel) send whole
+    windows at their aggregate rate `arrival`; the port drains `rate` of it while
+    the burst lasts, so a burst of B overflows once B (1 - rate/arrival) > buffer.
+    Infinite when the arrival rate cannot exceed the port's."""
+    if arrival <= rate * 1.0001:
+        return math.inf
+    if not bursty:
+        return buffer + rate * rtt
+    return buffer / (1 - rate / arrival)
+
+
+def burst_rounds(flight: float, buffer: int, rate: float, arrival: float) -> int:
+    """Extra round trips lost to a first flight of `flight` bytes arriving at `arrival` into a
+    port of `rate` and `buffer`: each round drops what the buffer cannot hold, and the
+    retransmissions arrive again as a burst, until they fit."""
+    rounds, lost = 0, flight
+    while rounds < 20 and arrival > rate and lost * (1 - rate / arrival) > buffer:
+        lost = lost * (1 - rate / arrival) - buffer
+        rounds += 1
+    return rounds
+
+
+def recovery_s(window: float, rtt: float) -> float:
+    """What one round of losses costs the connection that lost: fast retransmit one RTT later
+    when at least three segments follow the loss, otherwise a retransmission timeout."""
+    return rtt if window >= DUPACK_WINDOW else max(RTO_MIN, rtt)
+
+
+def restart_window(window: float, idle: float, rtt: float) -> float:
+    """The window a connection resumes with after `idle` seconds (Linux, slow start after
+    idle): halved once per RTO elapsed (the RTO being about the RTT plus RTO_MIN), never
+    below the initial window; untouched after an idle shorter than one RTO."""
+    halvings = int(idle // (RTO_MIN + rtt))
+    return max(float(IW), window / 2 ** min(halvings, 30)) if halvings else window
+
+
+def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) -> float:
+    """Idle time a window below the pipe (rate x rtt) adds to sending `volume`: in each round
+    trip before the window fills the pipe, the part of the round trip it leaves empty. The
+    window doubles per round trip (slow start), or grows by `add` bytes (congestion avoidance
+    after a loss: one segment per connection per round trip)."""
+    pipe, w, sent, idle = rate * rtt, w0, 0.0, 0.0
+    while w < pipe and sent + w < volume:   # a round that sends the rest ends the transfer
+        idle += rtt - w / rate
+        sent += w
+        w = w + add if add else 2 * w
+    return idle
+
+
+def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:
+    """Idle time slow start adds to `flows` connections opening with `w0` bytes each (ramp_s)."""
+    return ramp_s(volume, flows * w0, rate, rtt)
+
+
+def steady_rate(rate: float, rtt: float, limit: float, flows: int, bursty: bool = False) -> float:
+    """Bytes/s the flows sustain on a path of `rate` when a port holds `limit` bytes of them
+    in flight without loss. ACK-clocked flows fill the queue together and lose together,
+    so CUBIC's sawtooth averages (1 + BETA)/2 of the limit; a burst's overflow hits one
+    flow's tail, so the aggregate loses only that flow's share, 1 - (1 - BETA)/(2 flows)."""
+    if not math.isfinite(limit):
+        return rate
+    avg = (1 - (1 - BETA) / (2 * flows)) if bursty else (1 + BETA) / 2
+    return min(rate, avg * limit / rtt)
+
+
+def random_loss_rate(rate: float, volume: float, rtt: float, loss: float, conns: int) -> float:
+    """The rate `conns` connections keep at random loss p (Mathis et al.'s bound, one per
+    connection), for a transfer of `volume` bytes. The bound is a long-run average over loss
+    events; a connection that meets fewer than one loss in the transfer keeps its window
+    (warm links, between repetitions, regrow), so the bound weighs in by the share f of a
+    loss event each connection meets: 1/rate' = (1 - f)/rate + f/(conns x Mathis)."""
+    if loss <= 0:
+        return rate
+    f = min(1.0, volume / MSS * loss / conns)
+    bound = conns * mathis_mbps(MSS, rtt * 1e3, loss) * 1e6 / 8
+    return 1 / ((1 - f) / rate + f / min(rate, bound))
+
+
+def lan_frame_efficiency(budget: int, flows: int) -> float:
+    """Payload share a clamped LAN leg keeps (incast-windows.md, "Frames"): a share of two
+    segments or more is filled with full frames; a smaller one is sent as two frames per
+    window (a 1448- and an 88-byte segment, or 768 and 384 under one segment)."""
+    if not budget or flows <= 0:
+        return 1.0
+    share = budget / flows
+    if share >= 2 * MSS:
+        return 1.0
+    payload = min(share, 1536)
+    return min(1.0, payload / (payload + 2 * HEADERS) / GOODPUT)
+
+
+# -- issue 22's terms: many flows on one gateway port, and both directions through one NIC --------
+
+# Loss episodes at a node's port fed by a faster gateway: Reno's sawtooth predicts one per
+# (1 - BETA) buffer^2 / (flows x MSS) bytes; KAPPA scales it to what the held-out grid measured
+# (results/matrix/2026-11-26-holdout, split gathers: 15 fast recoveries per MB at the root's port,
+# 2-3.4 ms each; fitted on its four 100 KB and 1 MB gathers, docs/model.md §5.1 (e)): 0.40-0.46
+# with Open MPI's yielding root, 0.7-1.0 with MPICH's busy-polling one, whose ACKs leave in
+# batches (the `bursty` of port_window), so twice for it.
+FED_PORT_KAPPA = 0.45
+
+
+def fed_port_excess(flows: int, buffer: int, rate: float, arrival: float, bursty: bool = False) -> float:
+    """Extra time, as a fraction of the bytes' time at the port's rate, that a node's switch port
+    costs when a gateway faster than the node feeds it `flows` relayed flows at once (a split
+    gather's far leg). Each of the gateway's LAN sockets is paced at the node's rate, so the port
+    overflows only when several flows arrive together faster than it drains (`arrival` > `rate`).
+    The flows then share buffer + a LAN BDP of next to nothing: every time their windows regrow to
+    it, they lose at once; Reno's sawtooth regrows (1 - BETA) of the buffer by `flows` segments
+    per round trip, and a round trip there is the full queue's drain (buffer / rate), which
+    is also what an episode costs (the retransmission waits behind that queue while the
+    in-order receiver holds the flow's later bytes). The cost per byte is then
+    flows x MSS / ((1 - BETA) buffer) of the port's time, scaled by FED_PORT_KAPPA (twice that
+    for a busy-polling receiver) and capped at 1 (the port still runs half the time)."""
+    if flows < 2 or arrival <= rate * 1.0001:
+        return 0.0
+    return min(1.0, FED_PORT_KAPPA * (2 if bursty else 1) * flows * MSS / ((1 - BETA) * buffer))
+
+
+def half_duplex(budget: int, flows: int) -> bool:
+    """Whether a one-NIC gateway that relays both directions at once carries them one after the
+    other. The gateway's LAN clamps divide `budget` (its port's buffer and LAN BDP) among the
+    `flows` LAN flows converging on its port; under one segment each, a flow sends a window and
+    then waits for the gateway's window update. Those updates leave through the gateway's one
+    NIC, behind the relayed bytes it is writing to the site's nodes and the WAN (a standing
+    queue while both directions run), so the inbound flows advance only as that queue drains:
+    the NIC's two directions add up instead of overlapping (results/matrix/2026-11-26-holdout:
+    a 10 KB all-to-all of 36 flows per site, 804 KB per repetition through each gateway's port,
+    measured 72-82 ms split against the 46 ms of a full-duplex NIC; docs/model.md §5.1 (f))."""
+    return bool(budget) and flows > 0 and budget / flows < MSS
