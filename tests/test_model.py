@@ -276,6 +276,7 @@ def test_advise_carries_split_parameters_to_the_gateways_nic():
 # -- the split model (splitmodel.py): each term against a hand-computed case, then the commands ---------
 
 from gridsplit.model import splitmodel as SM  # noqa: E402
+from gridsplit.model import splitterms as ST  # noqa: E402
 from gridsplit.model import splitadvise, splitvalidate  # noqa: E402
 
 C100 = 100e6 / 8 * 1448 / 1514          # a 100 Mb/s NIC's payload rate, B/s (full frames)
@@ -309,7 +310,7 @@ def test_split_incast_window_rounds_and_recovery():
     assert SM.burst_rounds(2 * SM.IW, 25_000, C100, 4 * C100) == 0
     # Fast retransmit at the RTT of the connection that lost, or a timeout below 4 segments of window.
     assert SM.recovery_s(5 * SM.MSS, 0.0106) == 0.0106 and SM.recovery_s(5 * SM.MSS, 100e-6) == 100e-6
-    assert SM.recovery_s(2 * SM.MSS, 0.0106) == SM.RTO_MIN
+    assert SM.recovery_s(2 * SM.MSS, 0.0106) == ST.RTO_MIN
     # Split LAN legs without clamps lose at LAN RTT: the gateway's port still runs at its rate.
     import dataclasses
     topo = _gw_topo()
@@ -430,3 +431,105 @@ def test_advise_per_site_pair_and_its_bad_input_lines(tmp_path):
     full = json.loads(gridsplit("model", "advise", "-t", "paper", "--scale", "1", "--size", "1M", "--json").stdout)
     notes = full["split_model"]["notes"]
     assert any(n.startswith("nic_mbps 1000 is outside") and "netcheck" in n for n in notes)
+
+
+# -- issue 22's terms: a gateway feeding a node's port, a one-NIC gateway both ways, the halo ------------
+
+HOLDOUT = ROOT / "results/matrix/2026-11-26-holdout"
+
+
+def test_split_fed_port_loses_only_where_a_gateway_outruns_the_node_it_feeds():
+    # 6 flows into a 32 KB port fed at twice its rate: KAPPA x 6 x 1448 / (0.3 x 32000) of its time.
+    want = ST.FED_PORT_KAPPA * 6 * 1448 / (0.3 * 32_000)
+    assert ST.fed_port_excess(6, 32_000, C100, 2 * C100) == pytest.approx(want)
+    assert ST.fed_port_excess(6, 32_000, C100, 2 * C100, bursty=True) == pytest.approx(2 * want)
+    assert ST.fed_port_excess(6, 32_000, C100, C100) == 0       # a gateway no faster than the node
+    assert ST.fed_port_excess(1, 32_000, C100, 4 * C100) == 0   # one flow, paced at the node's rate
+    assert ST.fed_port_excess(200, 32_000, C100, 4 * C100) == 1.0
+    from gridsplit.topology import load_topology
+    holdout = load_topology(str(HOLDOUT / "holdout.toml"))
+    job = SM.Job("gather", 1_000_000, "openmpi")
+    s = SM.one_to_many(holdout, job, True, True)
+    # Measured 720 ms per 6 x 1 MB split gather (Open MPI); the root's NIC alone would give 541.
+    assert s["fed_port"] > 0 and s["seconds"] == pytest.approx(0.720, rel=0.1)
+    assert s["bottleneck"] == "lan_one"
+    # On paper the gateways run at the nodes' rate: the term is off and the split gather as before.
+    paper = load_topology("paper", nodes=4)
+    assert SM.one_to_many(paper, job, True, True)["fed_port"] == 0
+
+
+def test_split_one_nic_gateway_both_ways_with_sub_segment_windows_is_half_duplex():
+    from gridsplit.capacity import lan_window_budget
+    from gridsplit.topology import load_topology
+    holdout = load_topology(str(HOLDOUT / "holdout.toml"))
+    budget = lan_window_budget(holdout, "south")
+    assert ST.half_duplex(budget, 36) and not ST.half_duplex(budget, 6) and not ST.half_duplex(0, 36)
+    job = SM.Job("alltoall", 10_000, "openmpi")
+    both = {frozenset(("south", "ridge"))}
+    split = SM.alltoall(holdout, job, both)
+    # 36 flows per site: each gateway carries 360 KB in from its nodes, 360 KB in from the WAN, and as much
+    # out, one after the other through its 200 Mb/s NIC.
+    assert split["half_duplex"] == ["ridge", "south"] and split["bottleneck"].endswith("in+out")
+    assert split["parts"]["transfer"] == pytest.approx(4 * 36 * 10_000 / SM.Bps(200))
+    # Measured 72-82 ms split (both libraries); a full-duplex NIC would give 46.
+    assert 0.070 < split["seconds"] < 0.085
+    # Pairwise steps above the eager limit: 6 flows of a step share the budget in whole segments.
+    assert not SM.alltoall(holdout, SM.Job("alltoall", 1_000_000), both)["parts"].get("half_duplex")
+
+
+def test_split_halo_counts_both_directions_through_the_gateway():
+    topo = _gw_topo()    # far 4 nodes, root 1, every NIC and gateway at 100 Mb/s
+    assert SM.crossed_pairs(topo, "halo") == {frozenset(("far", "root"))}
+    job = SM.Job("halo", 30_000)
+    d, s = SM.halo(topo, job, set()), SM.halo(topo, job, {("far", "root")})
+    # The root's node sends 2 messages and receives 2; its gateway takes in those 2 and the 2 from the WAN.
+    assert d["parts"]["transfer"] == pytest.approx(2 * 30_000 / C100)
+    assert s["bottleneck"] == "root gateway NIC in" and s["parts"]["transfer"] == pytest.approx(4 * 30_000 / C100)
+    assert s["crossings"] == 2 and 1.3 < s["seconds"] / d["seconds"] < 1.7
+    # Gateways at twice a node's rate carry it at the node's pace: split only adds its relays.
+    fast = SM.halo(_gw_topo("gateway_nic_mbps = 200\n"), job, {("far", "root")})
+    assert fast["parts"]["transfer"] == pytest.approx(2 * 30_000 / C100)
+    assert SM.cell(topo, job, ("far", "root"))["ratio"] == pytest.approx(s["seconds"] / d["seconds"])
+    assert "halo" in SM.OPS and "streams" not in SM.cell(topo, job, ("far", "root"))
+
+
+def test_split_bench_all_layout_and_kept_direct_cells(tmp_path):
+    from gridsplit.topology import load_topology
+    topo = _gw_topo()
+    job = SM.Job("gather", 1_000_000)
+    # A root alone on its site: -n all is the pair layout.
+    assert SM.all_to_one(topo, job, {("far", "root")})["seconds"] == pytest.approx(SM.one_to_many(topo, job, True, True)["seconds"])
+    ev3 = load_topology(str(ROOT / "results/matrix/2026-11-26-evidence/ev3.toml"))
+    assert SM.crossed_pairs(ev3, "gather") == {frozenset(("east", "west")), frozenset(("north", "west"))}
+    assert SM.all_to_one(ev3, job, {("east", "north")})["seconds"] == SM.all_to_one(ev3, job, set())["seconds"]
+    # A run under a recorded policy that kept the pair direct: predicted 1, right only within 5 %.
+    rows = [json.loads(l) for l in (HOLDOUT / "gather.jsonl").read_text().splitlines()]
+    rows[0]["topology"]["gateways"]["split"] = "auto"
+    rows[0]["lab"]["split_policy"] = {"south-ridge": "direct: predicted ..."}
+    f = tmp_path / "results/matrix/2026-11-26-evidence/g.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = splitvalidate.validate([f], "test", tmp_path)
+    assert res["held_out"]["cells"] == 6 and res["held_out_kept_direct"]["cells"] == 6
+    for c in res["cells"]:
+        assert c["kept_direct"] and c["held_out"] and c["predicted_ratio"] == 1.0 and "would_split_ratio" in c
+        assert c["right"] == (abs(c["measured_ratio"] - 1) <= 0.05)
+
+
+def test_record_predictions_before_a_measurement(tmp_path):
+    out = tmp_path / "pred"
+    gridsplit("model", "record-predictions", str(HOLDOUT / "holdout.toml"), "--out", str(out))
+    rows = [json.loads(l) for l in (out / "predictions.jsonl").read_text().splitlines()]
+    assert rows[0]["kind"] == "gridsplit-split-predictions" and "holdout.toml" in str(rows[0]["sha256"])
+    bench = [r for r in rows[1:] if r["layout"] == "bench -n all"]
+    assert len(bench) == 2 * 3 * 4 and {r["op"] for r in bench} == {"gather", "alltoall", "bcast", "halo"}
+    # The grid says split = "all": every bench run relays its one pair, as the pair's advice does.
+    assert all(not r["kept_direct"] and r["relayed"] == ["ridge-south"] for r in bench)
+    pair = next(r for r in rows[1:] if r["layout"] == "pair" and (r["op"], r["size"], r["impl"]) == ("halo", 10_000, "mpich"))
+    same = next(r for r in bench if (r["op"], r["size"], r["impl"]) == ("halo", 10_000, "mpich"))
+    assert pair["policy_split"] and pair["split_over_direct"] == pytest.approx(same["split_over_direct"])
+    assert "| holdout | halo | openmpi |" in (out / "README.md").read_text()
+    one = tmp_path / "one.toml"
+    one.write_text('name = "one"\n[[site]]\nname = "solo"\nnodes = 4\n')
+    cp = gridsplit("model", "record-predictions", str(one), "--out", str(out), check=False)
+    assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1

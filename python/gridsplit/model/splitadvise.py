@@ -15,7 +15,8 @@ from typing import Any
 from ..errors import GridsplitError
 from ..topology import Topology
 from . import splitmodel as sm
-from .splitmodel import TOLERANCE, grid_facts
+from .splitmodel import grid_facts
+from .splitterms import TOLERANCE
 
 ADVICE_KIND = "gridsplit-model-advice"
 # Version of `model advise --json` (docs/model.md §5.4): 2 added `pairs`, `split_model` and

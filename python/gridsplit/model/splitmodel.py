@@ -36,7 +36,7 @@ from functools import lru_cache
 from ..errors import GridsplitError
 from ..capacity import LAN_RTT_S, lan_window_budget, wan_streams
 from ..topology import Site, Topology
-from .splitterms import (BETA, DECIDE_BELOW, DUPACK_WINDOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S, RTO_MIN, TOLERANCE,  # noqa: F401
+from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
                          recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex)
 

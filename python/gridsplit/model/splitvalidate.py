@@ -24,7 +24,8 @@ from ..capacity import split_pairs
 from ..topology import Topology, parse_topology
 from . import appvalidate
 from . import splitmodel as sm
-from .splitmodel import TOLERANCE, grid_facts
+from .splitmodel import grid_facts
+from .splitterms import TOLERANCE
 
 KIND = "gridsplit-split-validation"
 VERSION = 1
