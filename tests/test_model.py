@@ -514,6 +514,9 @@ def test_split_bench_all_layout_and_kept_direct_cells(tmp_path):
     for c in res["cells"]:
         assert c["kept_direct"] and c["held_out"] and c["predicted_ratio"] == 1.0 and "would_split_ratio" in c
         assert c["right"] == (abs(c["measured_ratio"] - 1) <= 0.05)
+    text = "\n".join(splitvalidate.report_lines(res))
+    assert "| held out, kept direct by the policy" in text and "kept direct (would split" in text
+    assert "held out, runs that relayed" not in text and res["held_out_split"] == {"cells": 0}
 
 
 def test_record_predictions_before_a_measurement(tmp_path):

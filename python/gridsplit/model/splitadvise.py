@@ -49,12 +49,14 @@ def _merge(facts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
 def bands(result: dict[str, Any]) -> dict[str, Any]:
     """What `model advise` quotes per op: the validation's median and 90th-percentile error of
     split/direct, and what it was validated on (the ranges `advise` flags outside of)."""
-    cells = result["cells"]
+    # Cells run direct on both sides (kept direct by the policy) say nothing of a predicted ratio.
+    cells = [c for c in result["cells"] if not c.get("kept_direct")]
     return {"kind": SUMMARY_KIND, "version": SUMMARY_VERSION, "date": result["meta"]["date"],
-            "overall": {k: result["overall"][k] for k in ("cells", "decision_accuracy", "median_abs_error",
-                                                          "p90_abs_error")},
+            "overall": {k: result.get("split_runs", result["overall"])[k]
+                        for k in ("cells", "decision_accuracy", "median_abs_error", "p90_abs_error")},
             "by_op": {op: {"cells": s["cells"], "median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"],
-                           "decision_accuracy": s["decision_accuracy"]} for op, s in result["by_op"].items()},
+                           "decision_accuracy": s["decision_accuracy"]}
+                      for op, s in result.get("by_op_split", result["by_op"]).items()},
             "impls": sorted({c["impl"] for c in cells}),
             "ranges": {**_merge([c["grid"] for c in cells]),
                        "size": [min(c["size"] for c in cells), max(c["size"] for c in cells)],
