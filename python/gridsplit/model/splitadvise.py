@@ -26,10 +26,11 @@ SHIPPED = "split-validation.json"
 SUMMARY_KIND = "gridsplit-split-validation-summary"
 SUMMARY_VERSION = 1
 # The default policy (split_policy): the job is unknown, so a pair is split only where the
-# model predicts a gain for one of these and no loss beyond TOLERANCE for any; the neighbour
-# exchange (halo) stands for applications such as LAMMPS (docs/model.md §5.6).
-POLICY_JOBS = (("gather", 10_000), ("gather", 1_000_000), ("alltoall", 10_000), ("alltoall", 1_000_000),
-               ("halo", 10_000), ("halo", 1_000_000))
+# model predicts a gain for one of these and no loss beyond TOLERANCE for any. The neighbour
+# exchange (halo) stands for applications such as LAMMPS; 100 KB is where split's gains on
+# incast and slow start are largest (paper v8: 0.43-0.68), which 10 KB and 1 MB alone miss
+# once a fast gateway's port costs the 1 MB gather (docs/model.md §5.6).
+POLICY_JOBS = tuple((op, m) for op in ("gather", "alltoall", "halo") for m in (10_000, 100_000, 1_000_000))
 # How to measure what a grid parameter out of the validated range leaves unknown.
 MEASURE = {"rtt_ms": "`gridsplit netcheck` measures the RTTs", "loss": "`gridsplit netcheck` measures the loss (retransmissions)",
            "nic_mbps": "`gridsplit netcheck` measures what a node reaches",
