@@ -16,6 +16,9 @@ Test hooks, chosen by the destination address (so the C tests can ask for them):
   127.0.2.213                 reply OK, then reset the node's connection 100 ms
                               later (as gridsplitd does when it gives up on a flow)
 
+With --hang it plays a gateway that accepts and reads the request (logged as
+REQ) but never replies: a hung gridsplitd, for the failover tests.
+
 Every accepted connection is logged as a "CONN" line before anything else is done
 with it, and every request as a "REQ" line, so that tests can prove which
 connections did (not) reach the gateway. Standard library only.
@@ -91,6 +94,10 @@ def handle(conn, peer, args, logf):
         else:
             dst = str(ipaddress.IPv6Address(raw))
         log(logf, "REQ %s:%d %s:%d" % (peer[0], peer[1], dst, port))
+        if args.hang:
+            while conn.recv(4096):  # hold the connection until the node drops it
+                pass
+            return
 
         if not ipaddress.ip_address(dst).is_loopback:
             # Tests run on loopback only; never become a relay to anywhere else.
@@ -166,6 +173,7 @@ def main():
     ap.add_argument("--port-file", required=True, help="written with the port once listening")
     ap.add_argument("--log", required=True)
     ap.add_argument("--remote-src", default="", help="source address towards destinations")
+    ap.add_argument("--hang", action="store_true", help="read requests, never reply")
     args = ap.parse_args()
 
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))

@@ -2,29 +2,38 @@
 # run_tests.sh LIB TESTBIN_DIR - runs the integration tests of libgridsplit.so on
 # loopback: starts tests/fake_gateway.py (without LD_PRELOAD) as the gateway of
 # site "a" at 127.0.1.254, writes a node file naming sites a and b, then runs gs_test
-# under LD_PRELOAD as a node of site a. Only the gateway process started here is
-# stopped, by its PID.
+# under LD_PRELOAD as a node of site a. Then multigw_test (several gateways per
+# site) with three more fake gateways: two that relay, one that never replies.
+# Only the gateway processes started here are stopped, by their PIDs.
 set -eu
 LIB=$1
 TB=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/gridsplit-preload-test.XXXXXX")
-GW_PID=
+GW_PIDS=
 cleanup() {
-    if [ -n "$GW_PID" ]; then kill "$GW_PID" 2>/dev/null || true; wait "$GW_PID" 2>/dev/null || true; fi
+    for pid in $GW_PIDS; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
     if [ "${KEEP_TEST_DIR:-}" = "" ]; then rm -rf "$DIR"; else echo "test files kept in $DIR"; fi
 }
 trap cleanup EXIT INT TERM
 
-env -u LD_PRELOAD python3 "$HERE/fake_gateway.py" --listen 127.0.1.254 \
-    --port-file "$DIR/gw.port" --log "$DIR/gw.log" --remote-src 127.0.2.254 &
-GW_PID=$!
-i=0
-while [ ! -s "$DIR/gw.port" ]; do
-    i=$((i + 1))
-    if [ $i -gt 500 ]; then echo "fake gateway did not start"; exit 1; fi
-    sleep 0.01
-done
+# start_gw NAME ADDRESS [fake_gateway options]: a fake gateway on ADDRESS (port 0),
+# its port in $DIR/NAME.port and its log in $DIR/NAME.log.
+start_gw() {
+    name=$1 addr=$2
+    shift 2
+    env -u LD_PRELOAD python3 "$HERE/fake_gateway.py" --listen "$addr" \
+        --port-file "$DIR/$name.port" --log "$DIR/$name.log" --remote-src 127.0.2.254 "$@" &
+    GW_PIDS="$GW_PIDS $!"
+    i=0
+    while [ ! -s "$DIR/$name.port" ]; do
+        i=$((i + 1))
+        if [ $i -gt 500 ]; then echo "fake gateway $name did not start"; exit 1; fi
+        sleep 0.01
+    done
+}
+
+start_gw gw 127.0.1.254
 PORT=$(cat "$DIR/gw.port")
 
 # The node file, as `gridsplit gateway nodes-config` writes it (comments included).
@@ -38,3 +47,12 @@ NODES
 
 GS_TEST_DIR="$DIR" GS_GW_LOG="$DIR/gw.log" GRIDSPLIT_CONFIG="$DIR/nodes.conf" \
 GRIDSPLIT_SITE=a LD_PRELOAD="$LIB" "$TB/gs_test"
+
+start_gw mg1 127.0.1.254
+start_gw mg2 127.0.1.253
+start_gw mgh 127.0.1.252 --hang
+env -u LD_PRELOAD GS_TEST_DIR="$DIR" MG_LIB="$LIB" \
+    MG_GW1="127.0.1.254:$(cat "$DIR/mg1.port")" MG_LOG1="$DIR/mg1.log" \
+    MG_GW2="127.0.1.253:$(cat "$DIR/mg2.port")" MG_LOG2="$DIR/mg2.log" \
+    MG_GWH="127.0.1.252:$(cat "$DIR/mgh.port")" MG_LOGH="$DIR/mgh.log" \
+    "$TB/multigw_test"

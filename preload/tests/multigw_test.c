@@ -1,0 +1,716 @@
+/*
+ * multigw_test.c - tests of a site with several gateways (issue 21): flows spread
+ * over the own site's gateways by the documented hash, and a connect fails over
+ * to the next gateway when one is down or hung. Run by run_tests.sh on loopback.
+ *
+ * The same binary plays two roles:
+ *   (no argument)      the orchestrator, NOT preloaded: it runs the destination
+ *                      server of site "b" (any 127.x address, port GS_DST_PORT:
+ *                      reads the 24-byte GSo1 header, sends "hi!", then echoes),
+ *                      writes one node file per scenario, and runs each scenario
+ *                      in a fresh process (the library reads its node file, and
+ *                      keeps its failed-gateway marks, once per process);
+ *   client SCENARIO    one scenario, under LD_PRELOAD=libgridsplit.so.
+ * run_tests.sh starts three fake gateways (tests/fake_gateway.py) for site "a":
+ * MG_GW1 and MG_GW2 relay, MG_GWH accepts and reads requests but never replies.
+ * Each logs "REQ node_ip:node_port dst_ip:dst_port" per request, which tells the
+ * clients which gateway carried each of their connections. "Closed" gateways are
+ * ports nothing listens on (connect refused).
+ *
+ * The gateway a flow must take is computed here independently of the library,
+ * from the hash as docs/protocol.md §5 documents it.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                               \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            failures++;                                                                \
+            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fprintf(stderr, "\n");                                                     \
+        }                                                                              \
+    } while (0)
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static struct sockaddr_in sin4(const char *ip, unsigned short port)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+}
+
+/* ------------------------------------------------- the documented flow hash */
+
+/* FNV-1a (32 bits) of src[16] | dst[16] | dport[2, big-endian], IPv4 addresses in
+ * the first 4 bytes of their 16 (src all zero when unknown), then h ^= h >> 16;
+ * the gateway is h % n (docs/protocol.md §5). */
+static int expected_gw(const char *src, const char *dst, unsigned short port, int n)
+{
+    uint8_t key[34] = {0};
+    if (src && *src)
+        inet_pton(AF_INET, src, key);
+    inet_pton(AF_INET, dst, key + 16);
+    key[32] = (uint8_t)(port >> 8);
+    key[33] = (uint8_t)port;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < sizeof key; i++)
+        h = (h ^ key[i]) * 16777619u;
+    h ^= h >> 16;
+    return (int)(h % (uint32_t)n);
+}
+
+/* ------------------------------------------------------------ client side */
+
+static unsigned short dst_port;
+static int ngw;
+static const char *gw_log[8]; /* log of each gateway line of the node file; "-" = none */
+static int up_line = 1;       /* the gateway line that relays in the failover scenarios */
+
+/* Which gateway line carried the connection of fd: the one whose log has a REQ
+ * from fd's local address. -1 if none. */
+static int carried_by(int fd)
+{
+    struct sockaddr_in me;
+    socklen_t l = sizeof me;
+    if (getsockname(fd, (struct sockaddr *)&me, &l) < 0)
+        return -1;
+    char ip[INET_ADDRSTRLEN], want[64];
+    inet_ntop(AF_INET, &me.sin_addr, ip, sizeof ip);
+    snprintf(want, sizeof want, "REQ %s:%u ", ip, ntohs(me.sin_port));
+    for (int i = 0; i < ngw; i++) {
+        FILE *f = strcmp(gw_log[i], "-") ? fopen(gw_log[i], "r") : NULL;
+        if (!f)
+            continue;
+        char line[256];
+        int found = 0;
+        while (!found && fgets(line, sizeof line, f))
+            found = strncmp(line, want, strlen(want)) == 0;
+        fclose(f);
+        if (found)
+            return i;
+    }
+    return -1;
+}
+
+static int log_count(int i, const char *prefix)
+{
+    FILE *f = fopen(gw_log[i], "r");
+    if (!f)
+        return 0;
+    char line[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strncmp(line, prefix, strlen(prefix)) == 0;
+    fclose(f);
+    return n;
+}
+
+static int node_socket(const char *bind_ip, int nonblock)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    if (fd >= 0 && bind_ip) {
+        struct sockaddr_in a = sin4(bind_ip, 0);
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+/* Read exactly n bytes (polling up to 5 s per wait on a non-blocking fd). */
+static int read_full(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        } else if (errno == EAGAIN || errno == EINTR) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 5000) == 0) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The relayed stream is clean: the server's "hi!" first, then an echo. */
+static void check_stream(int fd, const char *what)
+{
+    char buf[8] = {0};
+    int r = read_full(fd, buf, 3);
+    CHECK(r == 0 && memcmp(buf, "hi!", 3) == 0, "%s: greeting '%.3s' (%s)", what, buf,
+          r ? strerror(errno) : "ok");
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    poll(&p, 1, 5000);
+    CHECK(send(fd, "ping", 4, 0) == 4, "%s: send: %s", what, strerror(errno));
+    memset(buf, 0, sizeof buf);
+    r = read_full(fd, buf, 4);
+    CHECK(r == 0 && memcmp(buf, "ping", 4) == 0, "%s: echo '%.4s' (%s)", what, buf,
+          r ? strerror(errno) : "ok");
+}
+
+/* A blocking connect from src (NULL: unbound) to dst; returns the fd or -1. */
+static int connect_blocking(const char *src, const char *dst, double *ms)
+{
+    int fd = node_socket(src, 0);
+    struct sockaddr_in to = sin4(dst, dst_port);
+    double t0 = now_ms();
+    int r = connect(fd, (struct sockaddr *)&to, sizeof to);
+    int e = errno;
+    if (ms)
+        *ms = now_ms() - t0;
+    if (r < 0) {
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* The first 127.0.2.x destination (from x = first on) whose flow from src hashes
+ * to gateway line k. */
+static void dst_for(const char *src, int k, int first, char *dst, size_t len)
+{
+    for (int x = first; x < 250; x++) {
+        snprintf(dst, len, "127.0.2.%d", x);
+        if (expected_gw(src, dst, dst_port, ngw) == k)
+            return;
+    }
+}
+
+#define SRC "127.0.1.10"
+
+/* Flows spread over both gateways as the hash says, and stay there. */
+static void scenario_spread(void)
+{
+    enum { N = 24 };
+    int first[N], used[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            char dst[32];
+            snprintf(dst, sizeof dst, "127.0.2.%d", 10 + i);
+            int fd = connect_blocking(SRC, dst, NULL);
+            CHECK(fd >= 0, "connect to %s: %s", dst, strerror(errno));
+            if (fd < 0)
+                continue;
+            int g = carried_by(fd);
+            int want = expected_gw(SRC, dst, dst_port, ngw);
+            CHECK(g == want, "round %d: flow %s -> %s:%u took gateway line %d, the hash says %d",
+                  round, SRC, dst, dst_port, g, want);
+            if (round == 0) {
+                first[i] = g;
+                if (g >= 0 && g < 2)
+                    used[g]++;
+            } else {
+                CHECK(g == first[i], "the same flow to %s took gateway %d, then %d", dst, first[i], g);
+            }
+            check_stream(fd, dst);
+            close(fd);
+        }
+    }
+    CHECK(used[0] > 0 && used[1] > 0, "%d flows: %d on gateway 1, %d on gateway 2", N, used[0],
+          used[1]);
+
+    /* A gather: many nodes (sources) to one root. */
+    int gused[2] = {0, 0};
+    for (int i = 0; i < N; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.1.%d", 20 + i);
+        int fd = connect_blocking(src, "127.0.2.5", NULL);
+        CHECK(fd >= 0, "connect from %s: %s", src, strerror(errno));
+        if (fd < 0)
+            continue;
+        int g = carried_by(fd);
+        int want = expected_gw(src, "127.0.2.5", dst_port, ngw);
+        CHECK(g == want, "gather from %s took gateway line %d, the hash says %d", src, g, want);
+        if (g >= 0 && g < 2)
+            gused[g]++;
+        close(fd);
+    }
+    CHECK(gused[0] > 0 && gused[1] > 0, "gather of %d: %d on gateway 1, %d on gateway 2", N,
+          gused[0], gused[1]);
+}
+
+/* Unbound sockets: the hash's source is the interface address that matched the
+ * own site (127.0.0.1, site "a" being 127.0.0.0/8 here). */
+static void scenario_autosrc(void)
+{
+    int used[2] = {0, 0};
+    for (int i = 0; i < 16; i++) {
+        char dst[32];
+        snprintf(dst, sizeof dst, "127.0.2.%d", 40 + i);
+        int fd = connect_blocking(NULL, dst, NULL);
+        CHECK(fd >= 0, "connect to %s: %s", dst, strerror(errno));
+        if (fd < 0)
+            continue;
+        int g = carried_by(fd), want = expected_gw("127.0.0.1", dst, dst_port, ngw);
+        CHECK(g == want, "unbound flow to %s took gateway line %d, hash from 127.0.0.1 says %d",
+              dst, g, want);
+        if (g >= 0 && g < 2)
+            used[g]++;
+        close(fd);
+    }
+    CHECK(used[0] > 0 && used[1] > 0, "16 flows: %d and %d", used[0], used[1]);
+}
+
+/* Gateway line 0 is down or hung, line 1 relays. mode: "block", "soerror",
+ * "again" (connect() until connected), "readfirst". */
+static void failover_connect(const char *mode, const char *dst, double *ms)
+{
+    int nb = strcmp(mode, "block") != 0;
+    int fd = node_socket(SRC, nb);
+    struct sockaddr_in to = sin4(dst, dst_port);
+    double t0 = now_ms();
+    int r = connect(fd, (struct sockaddr *)&to, sizeof to);
+    int e = errno;
+    if (!nb) {
+        CHECK(r == 0, "blocking connect to %s: %s", dst, strerror(e));
+    } else {
+        CHECK(r == -1 && e == EINPROGRESS, "non-blocking connect: %d %s", r, strerror(e));
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        CHECK(poll(&p, 1, 5000) == 1, "no POLLOUT");
+        if (strcmp(mode, "soerror") == 0) {
+            int so = -1;
+            socklen_t l = sizeof so;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &l);
+            CHECK(so == 0, "SO_ERROR %d (%s)", so, strerror(so));
+        } else if (strcmp(mode, "again") == 0) {
+            for (int i = 0; i < 200; i++) {
+                r = connect(fd, (struct sockaddr *)&to, sizeof to);
+                e = errno;
+                if (r == 0 || (e != EALREADY && e != EINPROGRESS))
+                    break;
+                /* POLLOUT means "connected to the gateway": wait for the reply
+                 * (POLLIN), as gs_test's connect-again test does. */
+                struct pollfd q = {.fd = fd, .events = POLLIN};
+                poll(&q, 1, 50);
+            }
+            CHECK(r == 0 || e == EISCONN, "connect() again ended with %d %s", r, strerror(e));
+        }
+        /* "readfirst": check_stream's read is the first call after POLLOUT. */
+        if (strcmp(mode, "sleepread") == 0) {
+            usleep(500000);
+            t0 += 500; /* *ms counts the library's time, not the sleep */
+        }
+    }
+    if (r == 0 || nb) {
+        char peer[64] = "?";
+        struct sockaddr_in pa;
+        socklen_t pl = sizeof pa;
+        check_stream(fd, mode);
+        *ms = now_ms() - t0;
+        if (getpeername(fd, (struct sockaddr *)&pa, &pl) == 0)
+            inet_ntop(AF_INET, &pa.sin_addr, peer, sizeof peer);
+        CHECK(strcmp(peer, dst) == 0, "getpeername %s, want %s", peer, dst);
+        int g = carried_by(fd);
+        CHECK(g == up_line, "%s: connection carried by gateway line %d, want %d (the one up)", mode,
+              g, up_line);
+    }
+    close(fd);
+}
+
+/* Line 0 refuses (nothing listens): the connect goes through line 1. */
+static void scenario_refused(const char *mode)
+{
+    char dst[32];
+    double ms;
+    dst_for(SRC, 0, 10, dst, sizeof dst);
+    failover_connect(mode, dst, &ms);
+    /* The refused gateway is now tried last: the next flow it would carry goes
+     * straight to line 1 (the debug log says which gateway came first). */
+    dst_for(SRC, 0, atoi(strrchr(dst, '.') + 1) + 1, dst, sizeof dst);
+    failover_connect(mode, dst, &ms);
+}
+
+/* Line 0 accepts and never replies (GRIDSPLIT_TIMEOUT_MS=400): the connect fails
+ * over after the timeout; the next one skips the hung gateway, without waiting. */
+static void scenario_hung(const char *mode)
+{
+    char dst[32];
+    double ms;
+    int reqs = log_count(0, "REQ ");
+    dst_for(SRC, 0, 10, dst, sizeof dst);
+    failover_connect(mode, dst, &ms);
+    CHECK(ms >= 380 && ms < 3000, "%s: failover took %.0f ms, want about the 400 ms timeout",
+          mode, ms);
+    CHECK(log_count(0, "REQ ") == reqs + 1, "the hung gateway saw %d requests, want 1",
+          log_count(0, "REQ ") - reqs);
+    dst_for(SRC, 0, atoi(strrchr(dst, '.') + 1) + 1, dst, sizeof dst);
+    failover_connect(mode, dst, &ms);
+    CHECK(ms < 200, "%s: connect after a failover took %.0f ms: the hung gateway was not skipped",
+          mode, ms);
+    CHECK(log_count(0, "REQ ") == reqs + 1, "the hung gateway saw %d requests, want 1",
+          log_count(0, "REQ ") - reqs);
+}
+
+/* Line 0 never replies, line 1 drops SYNs (a listener whose backlog is full: the
+ * connect to it stays in progress), line 2 relays (GRIDSPLIT_TIMEOUT_MS=400): each
+ * of the first two times out in turn and line 2 carries the connection.
+ * "sleepread": the reader sleeps past the first deadline, so its read() fails over
+ * to line 1, still connecting; it then waits in poll(POLLIN), so the library must
+ * have got the request out to line 2 before answering EAGAIN, or nobody would. */
+static void scenario_slow(const char *mode)
+{
+    char dst[32];
+    double ms;
+    dst_for(SRC, 0, 10, dst, sizeof dst);
+    failover_connect(mode, dst, &ms);
+    /* Blocking: two timeouts. sleepread: the first passed during the sleep. */
+    double want = strcmp(mode, "block") == 0 ? 780 : 380;
+    CHECK(ms >= want && ms < 3000, "%s: took %.0f ms, want at least %.0f (400 ms timeouts)", mode,
+          ms, want);
+    dst_for(SRC, 1, 10, dst, sizeof dst);
+    failover_connect(mode, dst, &ms);
+    CHECK(ms < 200, "%s: connect after the failovers took %.0f ms: failed gateways not skipped",
+          mode, ms);
+}
+
+/* Every gateway refuses: the connect fails as with one gateway (ECONNREFUSED),
+ * and the one stderr line names both (checked by the orchestrator). */
+static void scenario_allfail(void)
+{
+    double ms;
+    int fd = connect_blocking(SRC, "127.0.2.30", &ms);
+    int e = errno;
+    CHECK(fd < 0 && e == ECONNREFUSED, "blocking connect: fd %d, %s", fd, strerror(e));
+    fd = node_socket(SRC, 1);
+    struct sockaddr_in to = sin4("127.0.2.31", dst_port);
+    int r = connect(fd, (struct sockaddr *)&to, sizeof to);
+    e = errno;
+    if (r < 0 && e == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, 5000);
+        socklen_t l = sizeof e;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+    }
+    CHECK(e == ECONNREFUSED, "non-blocking connect: %s", strerror(e));
+    close(fd);
+}
+
+static int client_main(const char *scenario)
+{
+    const char *p = getenv("MG_DST_PORT"), *logs = getenv("MG_LOGS");
+    if (!p || !logs || !getenv("LD_PRELOAD")) {
+        fprintf(stderr, "client: run by the orchestrator\n");
+        return 2;
+    }
+    dst_port = (unsigned short)atoi(p);
+    if (getenv("MG_UP"))
+        up_line = atoi(getenv("MG_UP"));
+    char *l = strdup(logs), *save = NULL;
+    for (char *t = strtok_r(l, ",", &save); t && ngw < 8; t = strtok_r(NULL, ",", &save))
+        gw_log[ngw++] = t;
+    if (strcmp(scenario, "spread") == 0)
+        scenario_spread();
+    else if (strcmp(scenario, "autosrc") == 0)
+        scenario_autosrc();
+    else if (strncmp(scenario, "refused-", 8) == 0)
+        scenario_refused(scenario + 8);
+    else if (strncmp(scenario, "hung-", 5) == 0)
+        scenario_hung(scenario + 5);
+    else if (strncmp(scenario, "slow-", 5) == 0)
+        scenario_slow(scenario + 5);
+    else if (strcmp(scenario, "allfail") == 0)
+        scenario_allfail();
+    else
+        return 2;
+    return failures ? 1 : 0;
+}
+
+/* ------------------------------------------------------- orchestrator side */
+
+static void *serve_conn(void *arg)
+{
+    int c = (int)(intptr_t)arg;
+    char buf[4096];
+    size_t got = 0;
+    while (got < 24) { /* the GSo1 origin header */
+        ssize_t n = read(c, buf, 24 - got);
+        if (n <= 0)
+            goto out;
+        got += (size_t)n;
+    }
+    if (write(c, "hi!", 3) != 3)
+        goto out;
+    for (;;) {
+        ssize_t n = read(c, buf, sizeof buf);
+        if (n <= 0 || write(c, buf, (size_t)n) != n)
+            break;
+    }
+out:
+    close(c);
+    return NULL;
+}
+
+static void *server_thread(void *arg)
+{
+    int l = (int)(intptr_t)arg;
+    for (;;) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0)
+            continue;
+        pthread_t t;
+        if (pthread_create(&t, NULL, serve_conn, (void *)(intptr_t)c) == 0)
+            pthread_detach(t);
+        else
+            close(c);
+    }
+    return NULL;
+}
+
+/* A gateway whose SYNs are dropped: a listener with a full backlog (Linux drops
+ * the SYN, no RST), so connects to it stay in progress. */
+static unsigned short blackhole(const char *ip)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = sin4(ip, 0);
+    socklen_t al = sizeof a;
+    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 0) < 0 ||
+        getsockname(l, (struct sockaddr *)&a, &al) < 0)
+        return 0;
+    for (int i = 0; i < 2; i++) { /* never accepted */
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(c, (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(20000);
+    return ntohs(a.sin_port);
+}
+
+/* A port on ip that nothing listens on. */
+static unsigned short closed_port(const char *ip)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = sin4(ip, 0);
+    socklen_t l = sizeof a;
+    bind(s, (struct sockaddr *)&a, sizeof a);
+    getsockname(s, (struct sockaddr *)&a, &l);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static const char *dir;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = calloc(1, 1 << 16);
+    if (f) {
+        size_t n = fread(buf, 1, (1 << 16) - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+/* Runs `self client SCENARIO` under LD_PRELOAD with a node file of the given site
+ * lines (site a's gateways, then site b) and the logs of site a's gateway lines.
+ * Returns the child's stderr (to free); *status its exit status. */
+static char *run_client(const char *self, const char *scenario, const char *sitea_subnet,
+                        const char *gws[], const char *logs, const char *extra_env,
+                        int *status)
+{
+    char conf[512], errp[512], text[2048];
+    snprintf(conf, sizeof conf, "%s/mg-%s.conf", dir, scenario);
+    snprintf(errp, sizeof errp, "%s/mg-%s.err", dir, scenario);
+    int n = snprintf(text, sizeof text, "gridsplit-nodes 1\n");
+    for (int i = 0; gws[i]; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "site a %s %s\n", sitea_subnet, gws[i]);
+    snprintf(text + n, sizeof text - (size_t)n, "site b 127.0.2.0/24 127.0.2.254:7100\n");
+    FILE *f = fopen(conf, "w");
+    fputs(text, f);
+    fclose(f);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        setenv("LD_PRELOAD", getenv("MG_LIB"), 1);
+        setenv("GRIDSPLIT_CONFIG", conf, 1);
+        setenv("MG_LOGS", logs, 1);
+        unsetenv("GRIDSPLIT_SITE");
+        unsetenv("GRIDSPLIT_DEBUG");
+        unsetenv("GRIDSPLIT_TIMEOUT_MS");
+        if (strcmp(sitea_subnet, "127.0.0.0/8") != 0)
+            setenv("GRIDSPLIT_SITE", "a", 1);
+        char env[256];
+        snprintf(env, sizeof env, "%s", extra_env ? extra_env : "");
+        char *save = NULL;
+        for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save))
+            putenv(strdup(t));
+        execl(self, self, "client", scenario, (char *)NULL);
+        _exit(127);
+    }
+    /* A scenario that hangs (a failover that never happens) is killed after 20 s
+     * and fails, rather than holding up the suite. */
+    int st = 0;
+    for (int i = 0; i < 2000 && waitpid(pid, &st, WNOHANG) == 0; i++)
+        usleep(10000);
+    if (waitpid(pid, &st, WNOHANG) == 0) {
+        fprintf(stderr, "  FAIL scenario %s still running after 20 s: killed\n", scenario);
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return slurp(errp);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "client") == 0)
+        return client_main(argv[2]);
+    signal(SIGPIPE, SIG_IGN);
+    alarm(300);
+    dir = getenv("GS_TEST_DIR");
+    const char *gw1 = getenv("MG_GW1"), *gw2 = getenv("MG_GW2"), *gwh = getenv("MG_GWH");
+    const char *log1 = getenv("MG_LOG1"), *log2 = getenv("MG_LOG2"), *logh = getenv("MG_LOGH");
+    if (!dir || !gw1 || !gw2 || !gwh || !log1 || !log2 || !logh || !getenv("MG_LIB") ||
+        getenv("LD_PRELOAD")) {
+        fprintf(stderr, "run me through run_tests.sh (not preloaded; MG_* set)\n");
+        return 2;
+    }
+    int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = sin4("0.0.0.0", 0);
+    socklen_t al = sizeof a;
+    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 256) < 0 ||
+        getsockname(l, (struct sockaddr *)&a, &al) < 0) {
+        perror("destination server");
+        return 1;
+    }
+    char port_env[32];
+    snprintf(port_env, sizeof port_env, "%u", ntohs(a.sin_port));
+    setenv("MG_DST_PORT", port_env, 1);
+    pthread_t t;
+    pthread_create(&t, NULL, server_thread, (void *)(intptr_t)l);
+
+    char closed1[64], closed2[64], logs12[1024], logsc2[1024], logsh2[1024], logscc[64];
+    char black[64], logscb2[1024];
+    snprintf(black, sizeof black, "127.0.1.249:%u", blackhole("127.0.1.249"));
+    snprintf(logscb2, sizeof logscb2, "%s,-,%s", logh, log2);
+    snprintf(closed1, sizeof closed1, "127.0.1.251:%u", closed_port("127.0.1.251"));
+    snprintf(closed2, sizeof closed2, "127.0.1.250:%u", closed_port("127.0.1.250"));
+    snprintf(logs12, sizeof logs12, "%s,%s", log1, log2);
+    snprintf(logsc2, sizeof logsc2, "-,%s", log2);
+    snprintf(logsh2, sizeof logsh2, "%s,%s", logh, log2);
+    snprintf(logscc, sizeof logscc, "-,-");
+    const char *two[] = {gw1, gw2, NULL};
+    const char *refused[] = {closed1, gw2, NULL};
+    const char *hung[] = {gwh, gw2, NULL};
+    const char *none[] = {closed1, closed2, NULL};
+    const char *slow[] = {gwh, black, gw2, NULL};
+
+    static const struct {
+        const char *scenario, *name;
+        int which; /* 0 two, 1 refused, 2 hung, 3 none, 4 slow */
+        const char *env;
+    } tests[] = {
+        {"spread", "two gateways: flows spread by the documented hash, the same flow the same gateway", 0,
+         "GRIDSPLIT_DEBUG=1"},
+        {"autosrc", "unbound sockets hash from the interface address of the own site", 0, NULL},
+        {"refused-block", "first gateway refused: blocking connect through the second, then skips it", 1,
+         "GRIDSPLIT_DEBUG=1"},
+        {"refused-soerror", "first gateway refused: non-blocking connect, POLLOUT, SO_ERROR 0", 1, NULL},
+        {"refused-again", "first gateway refused: non-blocking connect() until connected", 1, NULL},
+        {"refused-readfirst", "first gateway refused: non-blocking, read first after POLLOUT", 1, NULL},
+        {"hung-block", "first gateway hung: blocking connect fails over after the timeout, then skips it", 2,
+         "GRIDSPLIT_TIMEOUT_MS=400"},
+        {"hung-soerror", "first gateway hung: non-blocking SO_ERROR fails over after the timeout", 2,
+         "GRIDSPLIT_TIMEOUT_MS=400"},
+        {"slow-block", "hung, then SYNs dropped: blocking connect through the third after two timeouts",
+         4, "GRIDSPLIT_TIMEOUT_MS=400 MG_UP=2"},
+        {"slow-sleepread", "hung, then SYNs dropped: a reader in poll(POLLIN) gets through", 4,
+         "GRIDSPLIT_TIMEOUT_MS=400 MG_UP=2"},
+        {"allfail", "every gateway refused: ECONNREFUSED as with one, one line naming both", 3, NULL},
+    };
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        int w = tests[i].which;
+        const char **gws = w == 0 ? two : w == 1 ? refused : w == 2 ? hung : w == 3 ? none : slow;
+        const char *logs = w == 0 ? logs12 : w == 1 ? logsc2 : w == 2 ? logsh2 : w == 3 ? logscc
+                                                                               : logscb2;
+        const char *subnet = strcmp(tests[i].scenario, "autosrc") == 0 ? "127.0.0.0/8" : "127.0.1.0/24";
+        double t0 = now_ms();
+        int st;
+        char *err = run_client(argv[0], tests[i].scenario, subnet, gws, logs, tests[i].env, &st);
+        int bad = st != 0;
+        char want[256];
+        if (strcmp(tests[i].scenario, "spread") == 0) {
+            for (int g = 0; g < 2; g++) {
+                snprintf(want, sizeof want, "redirected via gateway %s ", gws[g]);
+                if (!strstr(err, want)) {
+                    fprintf(stderr, "  FAIL debug log never names gateway %s as chosen\n", gws[g]);
+                    bad = 1;
+                }
+            }
+        }
+        if (strcmp(tests[i].scenario, "refused-block") == 0) {
+            /* The refused gateway is named once as failed, and the next flow that
+             * hashes to it starts with the other one. */
+            snprintf(want, sizeof want, "gateway %s of site \"a\" failed (connect to gateway: "
+                     "Connection refused); trying gateway %s", closed1, gw2);
+            int lines = 0;
+            for (const char *q = err; (q = strstr(q, want)) != NULL; q++)
+                lines++;
+            if (lines != 1) {
+                fprintf(stderr, "  FAIL %d failover lines '%s', want 1 (the second flow must "
+                        "skip the refused gateway)\n", lines, want);
+                bad = 1;
+            }
+        }
+        if (strcmp(tests[i].scenario, "allfail") == 0) {
+            snprintf(want, sizeof want, "cannot reach any of the 2 gateways of site \"a\" for a "
+                     "connection to 127.0.2.30:%s: ", port_env);
+            char *line = strstr(err, want);
+            char w1[96], w2[96];
+            snprintf(w1, sizeof w1, "%s (Connection refused)", closed1);
+            snprintf(w2, sizeof w2, "%s (Connection refused)", closed2);
+            if (!line || !strstr(line, w1) || !strstr(line, w2)) {
+                fprintf(stderr, "  FAIL no line naming both gateways ('%s...')\n", want);
+                bad = 1;
+            }
+        }
+        if (bad)
+            fprintf(stderr, "  client stderr (exit %d):\n%s", st, err);
+        free(err);
+        printf("%s %s (%.0f ms)\n", bad ? "FAIL" : "ok  ", tests[i].name, now_ms() - t0);
+        fflush(stdout);
+        bad ? failed++ : passed++;
+    }
+    printf("multigw: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
