@@ -165,9 +165,11 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
             gs_addr_format(&src, 0, sbuf, sizeof sbuf);
             *strrchr(sbuf, ':') = 0; /* no port */
         }
+        unsigned pick = (unsigned)(hash % (uint32_t)cfg->ngw);
         gs_log("fd %d: connect to %s (site \"%s\") redirected via gateway %s (flow hash %08x "
-               "from source %s: gateway %u of %d)", fd, dbuf, cfg->site[site].name, gbuf,
-               (unsigned)hash, sbuf, (unsigned)(hash % (uint32_t)cfg->ngw) + 1, cfg->ngw);
+               "from source %s picks gateway %u of %d%s)", fd, dbuf, cfg->site[site].name, gbuf,
+               (unsigned)hash, sbuf, pick + 1, cfg->ngw,
+               s->gw_order[0] != pick ? ", which failed lately: tried last" : "");
     }
     /* Connects without blocking, whatever the socket's mode: the wait, if any, is
      * finish_blocking()'s, so that every gateway's try has the same deadline. */
