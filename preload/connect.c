@@ -1,6 +1,7 @@
 /*
  * connect.c - the connecting side of libgridsplit.so. connect() to another site is
- * turned into a connect to the own site's gateway followed by the GSq1/GSa1
+ * turned into a connect to one of the own site's gateways (chosen by a hash of
+ * the flow, gateways.c; the next one on failure, handshake.c) followed by the GSq1/GSa1
  * exchange of docs/protocol.md (handshake.c); a blocking connect() waits for the
  * reply, a non-blocking one returns EINPROGRESS and the exchange is finished by
  * later calls on the fd. getsockopt(SO_ERROR), which applications call after

@@ -4,7 +4,9 @@
  *   real.c                       handles on the real libc functions
  *   settings.c                   GRIDSPLIT_* variables, the node file on first use, the log
  *   fdtable.c                    the per-fd state table
- *   handshake.c                  the GSq1/GSa1 exchange with the gateway, as a state machine
+ *   handshake.c                  the GSq1/GSa1 exchange with the gateway, as a state machine,
+ *                                and the failover from one gateway of the site to the next
+ *   gateways.c                   which gateway of the own site a flow takes; failed gateways
  *   connect.c                    the connecting side: connect(), getsockopt(SO_ERROR)
  *   io.c                         read/write/send/recv/... wrappers
  *   dup.c                        close(), dup*(), fcntl(F_DUPFD*)
@@ -213,7 +215,7 @@ const struct gs_config *gs_config(void);
 void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int gs_debug;
 extern int gs_accept_timeout_ms;
-/* Bound on the wait for the GSa1 reply when the application gives none. */
+/* Bound on each gateway's try, from the connect to it to its GSa1 reply. */
 extern int gs_handshake_timeout_ms;
 
 /* Applies the LAN timers (GRIDSPLIT_LAN_RTO_MIN_US, GRIDSPLIT_LAN_DELACK_MAX_US) to a

@@ -7,6 +7,13 @@
  * connect.c starts the machine and reports its outcome to connect() and
  * getsockopt(SO_ERROR); io.c drives it from the I/O wrappers, dup.c before a
  * pending fd is duplicated, accept.c from getpeername().
+ *
+ * A site may have several gateways (gateways.c gives the order to try them in).
+ * Each try has its own deadline (gs_handshake_timeout_ms from its connect); when a
+ * gateway cannot be reached, drops the connection before replying, or passes its
+ * deadline, next_gateway_locked() moves the same socket on to the next one
+ * (connect(AF_UNSPEC), then a non-blocking connect), whichever call drives the
+ * machine. A GSa1 reply, whatever its status, ends the tries.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -18,10 +18,11 @@
 
 int gs_debug;
 int gs_accept_timeout_ms = 2000;
-/* Bound on the wait for the GSa1 reply when the application gives none (blocking
- * connect without SO_SNDTIMEO, getsockopt(SO_ERROR), first I/O). Linux gives up a
+/* Bound on each gateway's try, from the connect to it to its GSa1 reply; when it
+ * passes, the next gateway of the site is tried (handshake.c). Linux gives up a
  * blocking connect after ~127 s of SYN retries; the gateway reports TIMEOUT itself
- * well before that, so this bound only matters when the gateway hangs. */
+ * well before that, so this bound only matters when the gateway hangs or its
+ * host drops SYNs. */
 int gs_handshake_timeout_ms = 130000;
 /* LAN timers for relayed connections, whose every segment stays on the site's
  * LAN: with GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs

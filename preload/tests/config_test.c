@@ -116,6 +116,30 @@ static void test_site_with_two_gateways(void)
     CHECK(!gs_config_is_own_gateway(&cfg, &g3), "b's gateway is not a's");
 }
 
+/* The own site's gateways, as connect() uses them (gateways.c): the distinct
+ * gateway_lan of its lines in file order; every line of the own site is own
+ * (a second subnet is not redirected), and no own gateway is redirected. */
+static void test_own_gateways(void)
+{
+    CHECK(parse("gridsplit-nodes 1\n"
+                "site a 10.1.0.0/16 10.1.0.254:7100\n"
+                "site b 10.2.0.0/16 10.2.0.254:7100\n"
+                "site a 10.1.0.0/16 10.2.0.253:7100\n" /* in b's subnet: never redirected */
+                "site a 10.3.0.0/16 10.1.0.254:7100\n" /* a second subnet behind the first gateway */
+                "site a 10.1.0.0/16 10.1.0.254:7101\n") == 0,
+          "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    CHECK(cfg.ngw == 3 && cfg.gw_line[0] == 0 && cfg.gw_line[1] == 2 && cfg.gw_line[2] == 4,
+          "ngw %d, lines %d %d %d", cfg.ngw, cfg.gw_line[0], cfg.gw_line[1], cfg.gw_line[2]);
+    CHECK(classify("10.3.0.7") == -1, "a's second subnet is a's: not redirected");
+    CHECK(classify("10.2.0.253") == -1, "a's second gateway is not redirected");
+    CHECK(classify("10.2.0.7") == 1, "b is redirected: %d", classify("10.2.0.7"));
+    CHECK(parse("gridsplit-nodes 1\nsite b 10.2.0.0/16 10.2.0.254:7100\n"
+                "site a 10.1.0.0/16 10.1.0.254:7100\n") == 0, "%s", err);
+    CHECK(gs_config_pick_site(&cfg, "b", err, sizeof err) == 0, "%s", err);
+    CHECK(cfg.ngw == 1 && cfg.gw_line[0] == 0, "one gateway: ngw %d", cfg.ngw);
+}
+
 /* "routed no": the sites reach each other only through the gateways; a destination
  * in no site (and not loopback) is then named by connect(). */
 static void test_routed(void)
@@ -274,6 +298,7 @@ int main(void)
 {
     test_full();
     test_site_with_two_gateways();
+    test_own_gateways();
     test_direct_to();
     test_loopback_sites();
     test_routed();

@@ -1,0 +1,31 @@
+/* multigw.h - shared by the two halves of multigw_test: the scenarios
+ * (multigw_test.c, run preloaded) and the orchestrator (multigw_main.c). */
+#ifndef MULTIGW_H
+#define MULTIGW_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <time.h>
+
+static inline double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static inline struct sockaddr_in sin4(const char *ip, unsigned short port)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+}
+
+/* Runs one scenario in this (preloaded) process; the exit status. */
+int mg_client_main(const char *scenario);
+
+#endif
