@@ -219,6 +219,8 @@ int main(int argc, char **argv)
          4, "GRIDSPLIT_TIMEOUT_MS=400 MG_UP=2"},
         {"slow-sleepread", "hung, then SYNs dropped: a reader in poll(POLLIN) gets through", 4,
          "GRIDSPLIT_TIMEOUT_MS=400 MG_UP=2"},
+        {"slow-sleepsoerror", "hung, then SYNs dropped: SO_ERROR waits through the failover", 4,
+         "GRIDSPLIT_TIMEOUT_MS=400 MG_UP=2"},
         {"allfail", "every gateway refused: ECONNREFUSED as with one, one line naming both", 3, NULL},
     };
     int passed = 0, failed = 0;

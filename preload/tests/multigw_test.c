@@ -79,6 +79,7 @@ static unsigned short dst_port;
 static int ngw;
 static const char *gw_log[8]; /* log of each gateway line of the node file; "-" = none */
 static int up_line = 1;       /* the gateway line that relays in the failover scenarios */
+static int first_try_fails;   /* this connect's first gateway is down (sleepsoerror) */
 
 /* Which gateway line carried the connection of fd: the one whose log has a REQ
  * from fd's local address. -1 if none. */
@@ -292,11 +293,20 @@ static void failover_connect(const char *mode, const char *dst, double *ms)
         CHECK(r == -1 && e == EINPROGRESS, "non-blocking connect: %d %s", r, strerror(e));
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         CHECK(poll(&p, 1, 5000) == 1, "no POLLOUT");
-        if (strcmp(mode, "soerror") == 0) {
+        if (strcmp(mode, "soerror") == 0 || strcmp(mode, "sleepsoerror") == 0) {
             int so = -1;
             socklen_t l = sizeof so;
+            if (strcmp(mode, "sleepsoerror") == 0) {
+                usleep(500000); /* past the first gateway's deadline */
+                t0 += 500;
+            }
+            double t1 = now_ms();
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &l);
             CHECK(so == 0, "SO_ERROR %d (%s)", so, strerror(so));
+            /* It says 0 only once connected: here after the second gateway's
+             * timeout, not while the connect to it is still in progress. */
+            CHECK(strcmp(mode, "sleepsoerror") != 0 || !first_try_fails || now_ms() - t1 >= 380,
+                  "SO_ERROR said 0 after %.0f ms, before the failover was over", now_ms() - t1);
         } else if (strcmp(mode, "again") == 0) {
             for (int i = 0; i < 200; i++) {
                 r = connect(fd, (struct sockaddr *)&to, sizeof to);
@@ -371,14 +381,18 @@ static void scenario_hung(const char *mode)
  * of the first two times out in turn and line 2 carries the connection.
  * "sleepread": the reader sleeps past the first deadline, so its read() fails over
  * to line 1, still connecting; it then waits in poll(POLLIN), so the library must
- * have got the request out to line 2 before answering EAGAIN, or nobody would. */
+ * have got the request out to line 2 before answering EAGAIN, or nobody would.
+ * "sleepsoerror": likewise, getsockopt(SO_ERROR) fails over to line 1 and must
+ * wait for the outcome rather than say 0 while that connect is in progress. */
 static void scenario_slow(const char *mode)
 {
     char dst[32];
     double ms;
     dst_for(SRC, 0, 10, dst, sizeof dst);
+    first_try_fails = 1;
     failover_connect(mode, dst, &ms);
-    /* Blocking: two timeouts. sleepread: the first passed during the sleep. */
+    first_try_fails = 0;
+    /* Blocking: two timeouts. sleep*: the first passed during the sleep. */
     double want = strcmp(mode, "block") == 0 ? 780 : 380;
     CHECK(ms >= want && ms < 3000, "%s: took %.0f ms, want at least %.0f (400 ms timeouts)", mode,
           ms, want);
