@@ -210,6 +210,8 @@ int main(int argc, char **argv)
          "GRIDSPLIT_DEBUG=1"},
         {"refused-soerror", "first gateway refused: non-blocking connect, POLLOUT, SO_ERROR 0", 1, NULL},
         {"refused-again", "first gateway refused: non-blocking connect() until connected", 1, NULL},
+        {"refused-threads", "first gateway refused: 8 threads x 4 connects, all through the second", 1,
+         NULL},
         {"refused-readfirst", "first gateway refused: non-blocking, read first after POLLOUT", 1, NULL},
         {"hung-block", "first gateway hung: blocking connect fails over after the timeout, then skips it", 2,
          "GRIDSPLIT_TIMEOUT_MS=400"},

@@ -45,7 +45,7 @@ static int failures;
 #define CHECK(cond, ...)                                                               \
     do {                                                                               \
         if (!(cond)) {                                                                 \
-            failures++;                                                                \
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);                       \
             fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
             fprintf(stderr, __VA_ARGS__);                                              \
             fprintf(stderr, "\n");                                                     \
@@ -376,6 +376,29 @@ static void scenario_hung(const char *mode)
           log_count(0, "REQ ") - reqs);
 }
 
+/* Line 0 refuses, from 8 threads at once (blocking and non-blocking sockets
+ * alternating): every connect gets through line 1. */
+static void *refused_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    for (int i = 0; i < 4; i++) {
+        char dst[32];
+        double ms;
+        snprintf(dst, sizeof dst, "127.0.2.%d", 100 + t * 4 + i);
+        failover_connect((t + i) % 2 ? "soerror" : "block", dst, &ms);
+    }
+    return NULL;
+}
+
+static void scenario_refused_threads(void)
+{
+    pthread_t th[8];
+    for (int t = 0; t < 8; t++)
+        pthread_create(&th[t], NULL, refused_thread, (void *)(intptr_t)t);
+    for (int t = 0; t < 8; t++)
+        pthread_join(th[t], NULL);
+}
+
 /* Line 0 never replies, line 1 drops SYNs (a listener whose backlog is full: the
  * connect to it stays in progress), line 2 relays (GRIDSPLIT_TIMEOUT_MS=400): each
  * of the first two times out in turn and line 2 carries the connection.
@@ -441,6 +464,8 @@ int mg_client_main(const char *scenario)
         scenario_spread();
     else if (strcmp(scenario, "autosrc") == 0)
         scenario_autosrc();
+    else if (strcmp(scenario, "refused-threads") == 0)
+        scenario_refused_threads();
     else if (strncmp(scenario, "refused-", 8) == 0)
         scenario_refused(scenario + 8);
     else if (strncmp(scenario, "hung-", 5) == 0)
