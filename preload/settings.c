@@ -100,9 +100,11 @@ static void load_config_once(void)
                 gs_addr_format(&config.own_addr, 0, me, sizeof me);
                 *strrchr(me, ':') = 0; /* no port */
             }
-            gs_log("own site \"%s\", gateway%s %s (flows spread by hash), own address %s, %d "
-                   "site line(s) in the node file", config.site[config.own].name,
-                   config.ngw > 1 ? "s" : "", gws, me, config.nsites);
+            /* The start of the line is the one-gateway format tests/test_split.py knows. */
+            gs_log("own site \"%s\", gateway%s %s, %d site line(s) in the node file; own address "
+                   "%s (the flow hash's source for unbound sockets)%s", config.site[config.own].name,
+                   config.ngw > 1 ? "s" : "", gws, config.nsites, me,
+                   config.ngw > 1 ? "; flows spread over the gateways by that hash" : "");
         }
     }
     errno = saved;
