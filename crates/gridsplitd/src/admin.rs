@@ -59,10 +59,11 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
         .filter(|l| l.state != "up")
         .map(|l| l.flows)
         .sum();
+    // Peer gateways by id (a site's name when it has one gateway).
     let down: Vec<&str> = shared
         .cfg
         .peers()
-        .map(|p| p.name.as_str())
+        .map(|p| p.id.as_str())
         .filter(|p| !up.contains(p))
         .collect();
     let mut warnings: Vec<&str> = Vec::new();
@@ -71,6 +72,8 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
     }
     serde_json::json!({
         "site": shared.cfg.site,
+        "id": shared.cfg.id,
+        "gateway_index": shared.cfg.gateway_index,
         "strategy": shared.cfg.strategy.name(),
         "encryption": shared.cfg.encryption.name(),
         "warnings": warnings,
@@ -147,8 +150,8 @@ pub fn prometheus(shared: &Shared) -> String {
     let links = shared.links();
     let _ = writeln!(out, "# HELP gridsplit_link_up 1 if the WAN link to the peer has an authenticated connection\n# TYPE gridsplit_link_up gauge");
     for p in shared.cfg.peers() {
-        let up = links.iter().any(|l| l.peer == p.name && l.is_up()) as u8;
-        let _ = writeln!(out, "gridsplit_link_up{{peer=\"{}\"}} {up}", p.name);
+        let up = links.iter().any(|l| l.peer == p.id && l.is_up()) as u8;
+        let _ = writeln!(out, "gridsplit_link_up{{peer=\"{}\"}} {up}", p.id);
     }
     // Per-link session gauges and counters: (name, type, help, value).
     type PerLink = fn(&crate::link::Link) -> String;

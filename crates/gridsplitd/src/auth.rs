@@ -5,21 +5,23 @@
 //! AUTH carrying
 //!
 //! ```text
-//! HMAC-SHA256(psk, "gridsplit-auth-v1" | sender_site | 0 | receiver_site | 0 |
+//! HMAC-SHA256(psk, "gridsplit-auth-v1" | sender_id | 0 | receiver_id | 0 |
 //!                  receiver_nonce | sender_nonce)
 //! ```
 //!
-//! Naming both sites and ordering them by direction means a tag can't be reflected
-//! back at its author or replayed on another link, and the receiver's fresh nonce
-//! means it can't be replayed later. Tags are compared in constant time (the `hmac`
-//! crate's `verify_slice`). A HELLO naming our own site is refused outright: that is
-//! what a reflection attempt looks like.
+//! An id names one gateway: its site's name when the site has one gateway,
+//! else `SITE/INDEX` (config::Site::id). Naming both gateways and ordering them
+//! by direction means a tag can't be reflected back at its author or replayed on
+//! another link, and the receiver's fresh nonce means it can't be replayed later.
+//! Tags are compared in constant time (the `hmac` crate's `verify_slice`). A HELLO
+//! naming our own id is refused outright: that is what a reflection attempt looks
+//! like.
 //!
 //! HELLO also says whether the sender seals what follows AUTH (`[wan]
 //! encryption`): gateways that disagree both refuse the connection, naming the
 //! setting, before either sends AUTH. Sealed links then run the Noise handshake
-//! (transfer/seal.rs), whose prologue binds it to this exchange's sites and
-//! nonces.
+//! (transfer/seal.rs), whose prologue binds it to this exchange's gateway ids
+//! and nonces.
 
 use std::time::Duration;
 
@@ -38,7 +40,8 @@ const CONTEXT: &[u8] = b"gridsplit-auth-v1";
 /// What the handshake established about the peer.
 #[derive(Debug, Clone)]
 pub struct PeerInfo {
-    pub site: String,
+    /// The peer's gateway id, as its HELLO named it and its AUTH proved.
+    pub id: String,
     /// The peer's max_frame: we never send a frame larger than this.
     pub max_frame: usize,
     /// The HELLO nonces, ours and the peer's (the Noise prologue's).
@@ -58,7 +61,7 @@ fn encryption_name(sealed: bool) -> &'static str {
 pub enum AuthError {
     #[error("peer's authentication tag is wrong (different pre-shared key?)")]
     BadTag,
-    #[error("peer claims site '{0}', which is not a peer it may be")]
+    #[error("peer claims gateway id '{0}', which is not a peer it may be (a gateway of another site in our [[site]] tables, on the side of the pair that dials)")]
     UnexpectedSite(String),
     #[error("expected {expected:?} during the handshake, got {got:?}")]
     Unexpected { expected: FrameType, got: FrameType },
@@ -132,8 +135,9 @@ pub fn verify(
         .is_ok()
 }
 
-/// Runs the handshake on a fresh connection. `allowed` says whether a claimed site
-/// name may be on the other end of this connection. Both directions are verified
+/// Runs the handshake on a fresh connection, as the gateway `own_site` (its
+/// gateway id). `allowed` says whether a claimed gateway id may be on the other
+/// end of this connection. Both directions are verified
 /// before this returns Ok; on any error the caller closes the connection.
 pub async fn handshake<C: WanConn>(
     conn: &mut C,
@@ -218,7 +222,7 @@ async fn exchange<C: WanConn>(
         }
     }
     Ok(PeerInfo {
-        site: peer_site,
+        id: peer_site,
         max_frame: (peer_max as usize).min(own_max_frame),
         own_nonce,
         peer_nonce,
@@ -238,10 +242,10 @@ pub async fn secure(
 ) -> Result<(), AuthError> {
     use crate::transfer::seal::{prologue, Role};
     let (role, pro) = if dialer {
-        let p = prologue(own_site, &peer.site, &peer.own_nonce, &peer.peer_nonce);
+        let p = prologue(own_site, &peer.id, &peer.own_nonce, &peer.peer_nonce);
         (Role::Initiator, p)
     } else {
-        let p = prologue(&peer.site, own_site, &peer.peer_nonce, &peer.own_nonce);
+        let p = prologue(&peer.id, own_site, &peer.peer_nonce, &peer.own_nonce);
         (Role::Responder, p)
     };
     match tokio::time::timeout(limit, conn.secure(role, psk, &pro)).await {

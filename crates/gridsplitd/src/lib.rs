@@ -1,7 +1,8 @@
 //! gridsplitd, the site gateway of gridsplit: it splits every cross-site TCP
 //! connection of its site's nodes into three — node → this gateway (LAN), one
-//! long-lived, tuned, authenticated WAN link per peer site carrying all flows
-//! multiplexed, and far gateway → destination node (LAN).
+//! long-lived, tuned, authenticated WAN link per peer gateway carrying all flows
+//! multiplexed, and far gateway → destination node (LAN). A site may have
+//! several gateways; every gateway links to every gateway of the other sites.
 //!
 //! The layers follow NewMadeleine's: `collect` takes data from LAN connections,
 //! `schedule` decides what goes out next on a link, `transfer` drives the WAN
@@ -58,6 +59,7 @@ pub struct Shared {
     pub recv_pool: Arc<Semaphore>,
     /// Receive-window clamps of LAN sockets (LAN incast control).
     pub lan_windows: Arc<collect::incast::LanWindows>,
+    /// The sessions with peer gateways, by the peer's gateway id.
     links: Mutex<HashMap<String, Arc<Link>>>,
     pub stopping: CancellationToken,
     /// Serves an OPEN from a peer (collect::serve_remote_open).
@@ -74,12 +76,14 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The live session with `site`, connected or being held while it reconnects.
-    pub fn link_to(&self, site: &str) -> Option<Arc<Link>> {
+    /// The live session with the gateway `id` (docs/protocol.md §5: a site
+    /// name when the site has one gateway), connected or being held while it
+    /// reconnects.
+    pub fn link_to(&self, id: &str) -> Option<Arc<Link>> {
         self.links
             .lock()
             .unwrap()
-            .get(site)
+            .get(id)
             .filter(|l| !l.is_closed())
             .cloned()
     }
@@ -202,19 +206,20 @@ impl Gateway {
         tasks.spawn(shared.lan_windows.clone().maintain(shared.stopping.clone()));
         tasks.spawn(link::accept_loop(shared.clone(), wan));
         tasks.spawn(admin::serve(shared.clone(), admin));
-        // Full mesh without duplicate links: the site whose name sorts first dials.
-        let own = shared.cfg.site.clone();
+        // Full mesh between the gateways of different sites without duplicate
+        // links: of each pair, the gateway whose id sorts first dials.
+        let own = shared.cfg.id.clone();
         for peer in shared
             .cfg
             .peers()
-            .filter(|p| own < p.name)
+            .filter(|p| own < p.id)
             .cloned()
             .collect::<Vec<_>>()
         {
             tasks.spawn(link::dial_loop(shared.clone(), peer));
         }
         info!(
-            site = %shared.cfg.site, %lan_addr, %wan_addr, %admin_addr,
+            site = %shared.cfg.site, id = %shared.cfg.id, %lan_addr, %wan_addr, %admin_addr,
             strategy = shared.cfg.strategy.name(), encryption = shared.cfg.encryption.name(),
             "gateway started"
         );
@@ -253,7 +258,7 @@ impl Gateway {
         }
         // Give flow tasks a moment to send their RSTs.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        info!(site = %self.shared.cfg.site, "gateway stopped");
+        info!(site = %self.shared.cfg.site, id = %self.shared.cfg.id, "gateway stopped");
     }
 }
 

@@ -70,10 +70,11 @@ fn main() -> ExitCode {
     };
     if cli.check_config {
         println!(
-            "{}: ok: site {} ({}), {} peer(s), strategy {}, lan {}, wan {}, admin {}",
+            "{}: ok: site {} ({}), gateway {}, {} peer(s), strategy {}, lan {}, wan {}, admin {}",
             cfg.path.display(),
             cfg.site,
             cfg.own_site().subnet,
+            cfg.id,
             cfg.peers().count(),
             cfg.strategy.name(),
             cfg.lan_listen,
@@ -84,7 +85,7 @@ fn main() -> ExitCode {
             let w = cfg.wan_params(&p.name);
             println!(
                 "  peer {} {} via {}: congestion {}, socket buffer {} B, pacing {}",
-                p.name,
+                p.id,
                 p.subnet,
                 p.gateway_wan,
                 w.congestion,

@@ -4,7 +4,8 @@
 //! on another site. We admit only what the config allows — the node must be in our
 //! own site's subnet and the destination in another configured site's subnet, so
 //! the gateway can never be used as an open relay — then open a flow on the WAN
-//! link to that site and answer GSa1 once the far side's connect() has an outcome.
+//! link to one of that site's gateways (route.rs) and answer GSa1 once the far
+//! side's connect() has an outcome.
 //!
 //! The mirror image, `serve_remote_open`, runs on the far gateway when an OPEN
 //! arrives: it connects to the destination from its own LAN address, writes the
@@ -12,6 +13,7 @@
 
 pub mod incast;
 pub mod mss;
+pub mod route;
 
 use bytes::Bytes;
 use std::net::{IpAddr, SocketAddr};
@@ -68,7 +70,9 @@ async fn reply(shared: &Shared, stream: &mut TcpStream, status: Status) -> std::
     stream.write_all(&lanproto::encode_reply(status)).await
 }
 
-/// Decides whether `node` may reach `dst`, and over which link.
+/// Decides whether `node` may reach `dst`, and over which link: to one of the
+/// destination site's gateways, by the flow's hash, failing over to the next
+/// one up (route.rs).
 fn admit(shared: &Shared, node: SocketAddr, dst: SocketAddr) -> Result<Arc<Link>, Status> {
     let cfg = &shared.cfg;
     if !cfg.own_site().subnet.contains(node.ip()) {
@@ -86,11 +90,17 @@ fn admit(shared: &Shared, node: SocketAddr, dst: SocketAddr) -> Result<Arc<Link>
         debug!(%node, %dst, "refused: destination is a gateway's own service");
         return Err(Status::Forbidden);
     }
-    shared.link_to(&site.name).ok_or(Status::NoLink)
+    let gateways: Vec<&str> = cfg.gateways_of(&site.name).map(|g| g.id.as_str()).collect();
+    let hashed = route::hashed_index(node.ip(), dst, gateways.len());
+    let i = route::pick(hashed, gateways.len(), |i| {
+        shared.link_to(gateways[i]).is_some_and(|l| l.is_up())
+    });
+    shared.link_to(gateways[i]).ok_or(Status::NoLink)
 }
 
 /// Gateways' own listeners are never relay destinations: a flow into a gateway's
 /// LAN port would be a relay loop, into its WAN port an attack on the link.
+/// Every gateway of every site counts (each `[[site]]` table is one).
 fn is_gateway_addr(shared: &Shared, dst: SocketAddr) -> bool {
     shared
         .cfg
@@ -278,7 +288,7 @@ pub async fn serve_remote_open(
     let peer_ok = cfg
         .sites
         .iter()
-        .any(|s| s.name == link.peer && s.subnet.contains(src.ip()));
+        .any(|s| s.name == link.site && s.subnet.contains(src.ip()));
     let status = if !own.subnet.contains(dst.ip()) || !peer_ok || is_gateway_addr(&shared, dst) {
         // An authenticated but misconfigured (or hostile) peer: refuse, don't relay.
         warn!(peer = %link.peer, %src, %dst, "refused OPEN outside the configured subnets");

@@ -150,12 +150,20 @@ pub struct LanParams {
     pub rate_bps: u64,
 }
 
+/// One `[[site]]` table: one gateway of a site. A site with several gateways
+/// has one table per gateway, in the same order in every gateway's file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Site {
     pub name: String,
     pub subnet: Subnet,
     pub gateway_lan: SocketAddr,
     pub gateway_wan: SocketAddr,
+    /// This gateway's position among its site's tables (0, 1, ...).
+    pub index: usize,
+    /// The gateway's id: the site name when the site has one gateway, else
+    /// `SITE/INDEX` (site names have no '/', so an id names one gateway). It is
+    /// what HELLO carries and what links are keyed by.
+    pub id: String,
 }
 
 /// The validated configuration.
@@ -163,6 +171,11 @@ pub struct Site {
 pub struct Config {
     pub path: PathBuf,
     pub site: String,
+    /// Top-level `gateway_index`: which of its site's `[[site]]` tables this
+    /// gateway is (default 0).
+    pub gateway_index: usize,
+    /// This gateway's id (`Site::id` of its own table).
+    pub id: String,
     pub lan_listen: SocketAddr,
     pub wan_listen: SocketAddr,
     pub admin_listen: SocketAddr,
@@ -183,15 +196,27 @@ pub struct Config {
 }
 
 impl Config {
+    /// This gateway's own `[[site]]` table.
     pub fn own_site(&self) -> &Site {
         self.sites
             .iter()
-            .find(|s| s.name == self.site)
+            .find(|s| s.name == self.site && s.index == self.gateway_index)
             .expect("validated")
     }
 
+    /// The gateways of the other sites: each one a WAN link of this gateway.
     pub fn peers(&self) -> impl Iterator<Item = &Site> {
         self.sites.iter().filter(move |s| s.name != self.site)
+    }
+
+    /// The gateways of `site`, in index order.
+    pub fn gateways_of<'a>(&'a self, site: &'a str) -> impl Iterator<Item = &'a Site> + 'a {
+        self.sites.iter().filter(move |s| s.name == site)
+    }
+
+    /// The gateway whose id is `id`.
+    pub fn gateway(&self, id: &str) -> Option<&Site> {
+        self.sites.iter().find(|s| s.id == id)
     }
 
     pub fn site_of(&self, ip: IpAddr) -> Option<&Site> {
@@ -211,8 +236,14 @@ impl Config {
         validate::read_psk(&self.psk_file, &self.path.display().to_string())
     }
 
+    /// The WAN parameters of links to the gateways of site `peer`.
     pub fn wan_params(&self, peer: &str) -> &WanParams {
         self.links.get(peer).unwrap_or(&self.wan)
+    }
+
+    /// The WAN parameters of the link to the gateway `id`: its site's.
+    pub fn gateway_params(&self, id: &str) -> &WanParams {
+        self.wan_params(self.gateway(id).map_or(id, |g| g.name.as_str()))
     }
 
     /// Loads and validates `path`.

@@ -10,6 +10,10 @@ use super::ConfigError;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
+    /// Which of its own site's `[[site]]` tables this gateway is; a top-level
+    /// key (before the first table), since it picks among the site tables.
+    #[serde(default)]
+    pub(super) gateway_index: u64,
     pub(super) gateway: RawGateway,
     #[serde(default)]
     pub(super) limits: RawLimits,
@@ -155,7 +159,10 @@ pub(super) fn parse_raw(text: &str, file: &str) -> Result<RawConfig, ConfigError
         let field = e.path().to_string();
         let inner = e.into_inner();
         let msg = one_line(inner.message());
-        let fix = if msg.starts_with("unknown field") {
+        let fix = if msg.starts_with("unknown field `gateway_index`") {
+            // Written inside a table (after [gateway], say) instead of before all.
+            "move gateway_index to the top level, before the first [table] of the file".to_string()
+        } else if msg.starts_with("unknown field") {
             "remove or rename the key (see the expected names above)".to_string()
         } else if msg.starts_with("missing field") {
             "add the required key".to_string()

@@ -154,3 +154,123 @@ fn subnets() {
         .unwrap()
         .contains("fd00::5".parse().unwrap()));
 }
+
+/// The sample with a second gateway for each site (tables 2 and 3, after
+/// both sites' first), `top` before every table and `tail` after them.
+fn two_gateways_each(top: &str, tail: &str) -> String {
+    let second = r#"
+[[site]]
+name = "bordeaux"
+subnet = "10.71.1.0/24"
+gateway_lan = "10.71.1.253:7100"
+gateway_wan = "10.71.1.253:7200"
+[[site]]
+name = "sophia"
+subnet = "10.71.2.0/24"
+gateway_lan = "10.71.2.253:7100"
+gateway_wan = "10.71.2.253:7200"
+"#;
+    format!("{top}\n{}", sample("", &format!("{second}{tail}")))
+}
+
+#[test]
+fn a_site_may_have_several_gateways() {
+    let tail = "[[link]]\npeer = \"sophia\"\ncongestion = \"bbr\"\n";
+    let c = load(&two_gateways_each("gateway_index = 1", tail)).unwrap();
+    assert_eq!((c.site.as_str(), c.gateway_index), ("bordeaux", 1));
+    assert_eq!(c.id, "bordeaux/1");
+    assert_eq!(
+        c.own_site().gateway_lan,
+        "10.71.1.253:7100".parse().unwrap()
+    );
+    let peers: Vec<&str> = c.peers().map(|p| p.id.as_str()).collect();
+    assert_eq!(peers, ["sophia/0", "sophia/1"]);
+    let sophia: Vec<usize> = c.gateways_of("sophia").map(|g| g.index).collect();
+    assert_eq!(sophia, [0, 1]);
+    assert_eq!(
+        c.gateway("sophia/1").unwrap().gateway_wan.to_string(),
+        "10.71.2.253:7200"
+    );
+    // A [[link]] names a site and applies to each of its gateways.
+    assert_eq!(c.gateway_params("sophia/0").congestion, "bbr");
+    assert_eq!(c.gateway_params("sophia/1").congestion, "bbr");
+    assert_eq!(
+        c.site_of("10.71.2.3".parse().unwrap()).unwrap().name,
+        "sophia"
+    );
+
+    // The default index is 0; a site with one gateway keeps its name as its id.
+    let c = load(&two_gateways_each("", "")).unwrap();
+    assert_eq!(c.id, "bordeaux/0");
+    let c = load(&sample("", "")).unwrap();
+    assert_eq!((c.id.as_str(), c.gateway_index), ("bordeaux", 0));
+    assert_eq!(
+        c.peers().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+        ["sophia"]
+    );
+}
+
+#[test]
+fn several_gateways_errors_name_the_key_and_the_fix() {
+    let second_bordeaux = |lan: &str, wan: &str, subnet: &str| {
+        format!(
+            "[[site]]\nname = \"bordeaux\"\nsubnet = \"{subnet}\"\ngateway_lan = \"{lan}\"\ngateway_wan = \"{wan}\"\n"
+        )
+    };
+    let ok_lan = "10.71.1.253:7100";
+    let ok_wan = "10.71.1.253:7200";
+    let cases = [
+        // Past the site's tables: 2 gateways are 0 and 1; one gateway is 0.
+        (
+            two_gateways_each("gateway_index = 2", ""),
+            "gateway_index",
+            "0..=1",
+        ),
+        (
+            format!("gateway_index = 1\n{}", sample("", "")),
+            "gateway_index",
+            "0..=0",
+        ),
+        // Written inside [gateway] rather than at the top.
+        (
+            sample("gateway_index = 1", ""),
+            "gateway.gateway_index",
+            "top level",
+        ),
+        (
+            sample("", &second_bordeaux(ok_lan, ok_wan, "10.71.3.0/24")),
+            "site[2].subnet",
+            "same subnet",
+        ),
+        (
+            sample(
+                "",
+                &second_bordeaux("10.71.1.254:7100", ok_wan, "10.71.1.0/24"),
+            ),
+            "site[2].gateway_lan",
+            "its own gateway_lan",
+        ),
+        (
+            sample(
+                "",
+                &second_bordeaux(ok_lan, "10.71.2.254:7200", "10.71.1.0/24"),
+            ),
+            "site[2].gateway_wan",
+            "its own gateway_wan",
+        ),
+        // A [[link]] names a site, not one of its gateways.
+        (
+            two_gateways_each("", "[[link]]\npeer = \"sophia/1\"\n"),
+            "link[0].peer",
+            "every gateway of that site",
+        ),
+    ];
+    for (text, field, says) in cases {
+        let e = load(&text).unwrap_err();
+        let line = e.to_string();
+        assert_eq!(e.field, field, "{line}");
+        assert!(line.contains(says), "{field} should say '{says}': {line}");
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("fix:"), "{line}");
+    }
+}

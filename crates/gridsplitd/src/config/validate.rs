@@ -38,6 +38,8 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
             "add one [[site]] per site, including this one",
         ));
     }
+    // A site may repeat: each of its tables is one of its gateways, the
+    // table order being the gateways' indexes (docs/protocol.md §5).
     let mut sites: Vec<Site> = Vec::new();
     for (i, s) in raw.site.iter().enumerate() {
         let f = |k: &str| format!("site[{i}].{k}");
@@ -53,13 +55,6 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
                 "use 1-64 characters from [A-Za-z0-9_-]",
             ));
         }
-        if sites.iter().any(|o| o.name == s.name) {
-            return Err(err(
-                &f("name"),
-                format!("site '{}' is defined twice", s.name),
-                "give every [[site]] a unique name",
-            ));
-        }
         let subnet = Subnet::parse(&s.subnet).map_err(|r| {
             err(
                 &f("subnet"),
@@ -67,19 +62,63 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
                 "write a network prefix like \"10.71.1.0/24\"",
             )
         })?;
-        if let Some(o) = sites.iter().find(|o| o.subnet.overlaps(&subnet)) {
+        if let Some(o) = sites.iter().find(|o| o.name == s.name) {
+            if o.subnet != subnet {
+                return Err(err(
+                    &f("subnet"),
+                    format!(
+                        "site '{}' has another gateway's table with subnet {} and this one with {subnet}",
+                        s.name, o.subnet
+                    ),
+                    "give every [[site]] table of one site (one per gateway) the same subnet",
+                ));
+            }
+        } else if let Some(o) = sites.iter().find(|o| o.subnet.overlaps(&subnet)) {
             return Err(err(
                 &f("subnet"),
                 format!("{subnet} overlaps site '{}' ({})", o.name, o.subnet),
                 "give each site a disjoint subnet",
             ));
         }
+        let gateway_lan = addr(&f("gateway_lan"), &s.gateway_lan)?;
+        let gateway_wan = addr(&f("gateway_wan"), &s.gateway_wan)?;
+        // Nodes and peers tell gateways apart by these addresses.
+        for (key, a, same) in [
+            (
+                "gateway_lan",
+                gateway_lan,
+                sites.iter().find(|o| o.gateway_lan == gateway_lan),
+            ),
+            (
+                "gateway_wan",
+                gateway_wan,
+                sites.iter().find(|o| o.gateway_wan == gateway_wan),
+            ),
+        ] {
+            if let Some(o) = same {
+                return Err(err(
+                    &f(key),
+                    format!("{a} is also the {key} of a gateway of site '{}'", o.name),
+                    &format!("give every gateway ([[site]] table) its own {key}"),
+                ));
+            }
+        }
+        let index = sites.iter().filter(|o| o.name == s.name).count();
         sites.push(Site {
             name: s.name.clone(),
             subnet,
-            gateway_lan: addr(&f("gateway_lan"), &s.gateway_lan)?,
-            gateway_wan: addr(&f("gateway_wan"), &s.gateway_wan)?,
+            gateway_lan,
+            gateway_wan,
+            index,
+            id: String::new(),
         });
+    }
+    let counts: Vec<usize> = sites
+        .iter()
+        .map(|s| sites.iter().filter(|o| o.name == s.name).count())
+        .collect();
+    for (s, n) in sites.iter_mut().zip(counts) {
+        s.id = gateway_id(&s.name, s.index, n);
     }
 
     for (i, s) in raw.site.iter().enumerate() {
@@ -104,6 +143,21 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
             &format!("use one of: {}", names.join(", ")),
         ));
     }
+    let gateways = sites.iter().filter(|s| s.name == g.site).count();
+    if raw.gateway_index >= gateways as u64 {
+        return Err(err(
+            "gateway_index",
+            format!(
+                "{} is out of range: site '{}' has {gateways} [[site]] table(s), so its gateways are 0..={}",
+                raw.gateway_index,
+                g.site,
+                gateways - 1
+            ),
+            "set the top-level gateway_index to this gateway's position among its site's [[site]] tables, counting from 0",
+        ));
+    }
+    let gateway_index = raw.gateway_index as usize;
+    let id = gateway_id(&g.site, gateway_index, gateways);
     let lan_listen = addr("gateway.lan_listen", &g.lan_listen)?;
     let wan_listen = addr("gateway.wan_listen", &g.wan_listen)?;
     let admin_listen = addr("gateway.admin_listen", &g.admin_listen)?;
@@ -207,7 +261,7 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
             return Err(err(
                 &field,
                 format!("'{}' is not a peer site", lk.peer),
-                "name another [[site]]",
+                "name another [[site]] by its site name (a [[link]] applies to every gateway of that site)",
             ));
         }
         if !seen.insert(lk.peer.clone()) {
@@ -225,6 +279,8 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
     Ok(Config {
         path: path.to_path_buf(),
         site: g.site.clone(),
+        gateway_index,
+        id,
         lan_listen,
         wan_listen,
         admin_listen,
@@ -240,6 +296,16 @@ pub(super) fn validate(raw: RawConfig, path: &Path, file: &str) -> Result<Config
         sites,
         links,
     })
+}
+
+/// A gateway's id: its site's name when the site has one gateway, else
+/// `SITE/INDEX`.
+pub(super) fn gateway_id(site: &str, index: usize, gateways: usize) -> String {
+    if gateways == 1 {
+        site.to_string()
+    } else {
+        format!("{site}/{index}")
+    }
 }
 
 /// Reads a key file: the HMAC key and the source of the Noise PSK (at least 16

@@ -1,4 +1,4 @@
-//! Getting a session a connection: dial (the site whose name sorts first) or
+//! Getting a session a connection: dial (the gateway whose id sorts first) or
 //! accept, authenticate (auth.rs), start or resume the session with a SESSION
 //! exchange (session.rs), join the other connections of a striped set
 //! (stripes.rs), and run the connection until it dies.
@@ -95,7 +95,7 @@ async fn run_conn<C: WanConn>(shared: Arc<Shared>, ready: Ready, conn: C) -> Lin
         cancel.cancel();
     }
 
-    let period = Duration::from_millis(shared.cfg.wan_params(&link.peer).keepalive_ms);
+    let period = Duration::from_millis(shared.cfg.wan_params(&link.site).keepalive_ms);
     let mut w = tokio::spawn(writer(link.clone(), tx, gen, cancel.clone()));
     let mut k = tokio::spawn(keepalive(link.clone(), period, cancel.clone()));
     // The reader is a task of its own too: it is woken for every frame, and a
@@ -263,7 +263,7 @@ async fn authenticate(
     allowed: impl Fn(&str) -> bool,
 ) -> Result<PeerInfo, AuthError> {
     let psk = shared.psk();
-    let own = shared.cfg.site.as_str();
+    let own = shared.cfg.id.as_str();
     let sealed = shared.sealed();
     let max_frame = shared.cfg.limits.max_frame;
     let peer = auth::handshake(conn, &psk, own, max_frame, sealed, allowed, HANDSHAKE_TIMEOUT).await?;
@@ -274,9 +274,9 @@ async fn authenticate(
     Ok(peer)
 }
 
-/// Accepts peer gateways whose site name sorts before ours.
+/// Accepts peer gateways (of other sites) whose gateway id sorts before ours.
 pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    let own = shared.cfg.site.clone();
+    let own = shared.cfg.id.clone();
     crate::accept::serve(
         listener,
         shared.stopping.clone(),
@@ -290,7 +290,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                         Ok(c) => c,
                         Err(e) => return debug!(%remote, "accepted WAN socket unusable: {e}"),
                     };
-                let allowed = |s: &str| s < own.as_str() && shared.cfg.peers().any(|p| p.name == s);
+                let allowed = |s: &str| s < own.as_str() && shared.cfg.peers().any(|p| p.id == s);
                 let hs = authenticate(&shared, &mut conn, false, allowed);
                 let peer = tokio::select! {
                     r = hs => r,
@@ -315,9 +315,9 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 match ready {
                     Ok(Err((session, token))) => stripes::join(&shared, &peer, conn, session, token),
                     Ok(Ok(mut ready)) => {
-                        let params = shared.cfg.wan_params(&peer.site);
+                        let params = shared.cfg.gateway_params(&peer.id);
                         for w in conn.retune(params) {
-                            warn!(peer = %peer.site, "WAN tuning: {w}");
+                            warn!(peer = %peer.id, "WAN tuning: {w}");
                         }
                         let mut others = Vec::new();
                         if let Some(set) = ready.set.take() {
@@ -329,7 +329,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                             match r {
                                 Ok(conns) => others = conns,
                                 Err(msg) => {
-                                    return warn!(peer = %peer.site, %remote, "WAN connection set not established: {msg}");
+                                    return warn!(peer = %peer.id, %remote, "WAN connection set not established: {msg}");
                                 }
                             }
                             for c in &mut others {
@@ -339,7 +339,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                         run_set(shared.clone(), ready, conn, others, peer.max_frame).await;
                     }
                     Err(msg) if !msg.is_empty() => {
-                        warn!(peer = %peer.site, %remote, "WAN session not established: {msg}")
+                        warn!(peer = %peer.id, %remote, "WAN session not established: {msg}")
                     }
                     Err(_) => {}
                 }
@@ -369,14 +369,14 @@ pub(super) async fn dial(
         TcpConn::connect(bind_ip, peer.gateway_wan, params, max_frame, limit)
             .await
             .map_err(DialError::Connect)?;
-    let name = peer.name.as_str();
-    let info = authenticate(shared, &mut conn, true, |s| s == name)
+    let id = peer.id.as_str();
+    let info = authenticate(shared, &mut conn, true, |s| s == id)
         .await
         .map_err(DialError::Auth)?;
     Ok((conn, info, warnings))
 }
 
-/// Keeps a connection to `peer` (whose name sorts after ours): dial,
+/// Keeps a connection to the gateway `peer` (whose id sorts after ours): dial,
 /// authenticate, start or resume the session, run, and on failure try again
 /// with exponential backoff.
 pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
@@ -387,7 +387,7 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
     // the link comes up; the one after tries the configured count again.
     let mut unstriped = false;
     while !shared.stopping.is_cancelled() {
-        let held = shared.link_to(&peer.name).is_some();
+        let held = shared.link_to(&peer.id).is_some();
         // The peer's host answered our SYN with a reset: nothing listens on its
         // gateway port, so its gridsplitd has died, and with it the session's
         // state there. Nothing can be resumed: end the session now rather than
@@ -415,7 +415,7 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
                 }
             };
             for w in warnings {
-                warn!(peer = %peer.name, "WAN tuning: {w}");
+                warn!(peer = %peer.id, "WAN tuning: {w}");
             }
             let proposal = if unstriped { 1 } else { params.streams };
             let ready = dialer_session(&shared, &mut conn, &info, proposal).await?;
@@ -435,7 +435,7 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
                 match set {
                     Ok(conns) => others = conns,
                     Err(e) => {
-                        warn!(peer = %peer.name, "striping the WAN link failed ({e}); the next connection is unstriped");
+                        warn!(peer = %peer.id, "striping the WAN link failed ({e}); the next connection is unstriped");
                         stripe_failed = true;
                         return Err(format!("striping: {e}"));
                     }
@@ -448,7 +448,7 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
             _ = shared.stopping.cancelled() => return,
         };
         if refused {
-            if let Some(old) = shared.link_to(&peer.name).filter(|l| !l.is_up()) {
+            if let Some(old) = shared.link_to(&peer.id).filter(|l| !l.is_up()) {
                 end_session(
                     &shared,
                     &old,
@@ -456,7 +456,7 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
                 );
             }
         }
-        let max = if shared.link_to(&peer.name).is_some() {
+        let max = if shared.link_to(&peer.id).is_some() {
             BACKOFF_MAX_HELD
         } else {
             BACKOFF_MAX
@@ -477,9 +477,9 @@ pub async fn dial_loop(shared: Arc<Shared>, peer: crate::config::Site) {
             Err(msg) => {
                 if !msg.is_empty() {
                     if warned {
-                        debug!(peer = %peer.name, "WAN dial failed: {msg}");
+                        debug!(peer = %peer.id, "WAN dial failed: {msg}");
                     } else {
-                        warn!(peer = %peer.name, "WAN dial failed (retrying with backoff): {msg}");
+                        warn!(peer = %peer.id, "WAN dial failed (retrying with backoff): {msg}");
                         warned = true;
                     }
                 }

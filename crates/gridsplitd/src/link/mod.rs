@@ -1,4 +1,5 @@
-//! One WAN link to a peer site, as a *session*: the flows multiplexed to that
+//! One WAN link to a peer gateway (of another site; a site may have several
+//! gateways, each with its own link), as a *session*: the flows multiplexed to that
 //! peer, their scheduling and flow control, and the connection that carries
 //! them, which may die and be replaced without the flows noticing.
 //!
@@ -66,7 +67,7 @@ pub type OpenHandler = fn(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// We connect (our site name sorts first); we allocate odd flow ids.
+    /// We connect (our gateway id sorts first); we allocate odd flow ids.
     Dialer,
     /// The peer connects; we allocate even flow ids.
     Acceptor,
@@ -145,7 +146,11 @@ enum State {
 
 /// Live state of one session with a peer gateway.
 pub struct Link {
+    /// The peer's gateway id (its site name when that site has one gateway).
     pub peer: String,
+    /// The peer's site: whose `[[link]]` parameters apply, and whose subnet
+    /// its OPENs may come from.
+    pub site: String,
     pub role: Role,
     /// Chosen by the dialer when the session started; a resume names it.
     pub session: u64,
@@ -185,7 +190,11 @@ pub struct Link {
 /// What /status shows for one link.
 #[derive(serde::Serialize)]
 pub struct LinkStatus {
+    /// The peer's gateway id.
     pub peer: String,
+    /// The peer's site, and the peer's index among that site's gateways.
+    pub site: String,
+    pub gateway_index: usize,
     pub role: Role,
     /// "up", or "reconnecting" while the session has no connection.
     pub state: &'static str,
@@ -217,8 +226,8 @@ pub struct LinkStatus {
 }
 
 impl Link {
-    /// A new session with `peer`, without a connection yet, and its outage
-    /// watchdog.
+    /// A new session with the gateway `peer` (an id the handshake allowed,
+    /// so a configured one), without a connection yet, and its outage watchdog.
     fn new(
         shared: &Arc<Shared>,
         peer: &str,
@@ -226,10 +235,15 @@ impl Link {
         session: u64,
         max_frame: usize,
     ) -> Arc<Link> {
-        let params = shared.cfg.wan_params(peer);
+        let site = shared
+            .cfg
+            .gateway(peer)
+            .map_or_else(|| peer.to_string(), |g| g.name.clone());
+        let params = shared.cfg.wan_params(&site);
         let (state, _) = watch::channel(State::Down(Instant::now()));
         let link = Arc::new(Link {
             peer: peer.to_string(),
+            site,
             role,
             session,
             since: Instant::now(),
@@ -327,6 +341,8 @@ impl Link {
         let probe = conn.as_ref().map(|c| c.probe.clone());
         LinkStatus {
             peer: self.peer.clone(),
+            site: self.site.clone(),
+            gateway_index: self.shared.cfg.gateway(&self.peer).map_or(0, |g| g.index),
             role: self.role,
             state: match state {
                 State::Up => "up",

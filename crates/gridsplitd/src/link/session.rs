@@ -65,7 +65,7 @@ impl Ready {
         streams: u8,
         token: u64,
     ) -> Ready {
-        let link = Link::new(shared, &peer.site, role, id, peer.max_frame);
+        let link = Link::new(shared, &peer.id, role, id, peer.max_frame);
         shared.install_link(link.clone());
         shared
             .metrics
@@ -130,7 +130,7 @@ pub(super) async fn dialer_session<C: WanConn>(
     peer: &PeerInfo,
     streams: u8,
 ) -> Result<Ready, String> {
-    let old = shared.link_to(&peer.site);
+    let old = shared.link_to(&peer.id);
     let (id, received, resume) = match &old {
         Some(l) => (l.session, l.received(), true),
         None => (fresh_session_id(), 0, false),
@@ -162,7 +162,7 @@ pub(super) async fn dialer_session<C: WanConn>(
             match check {
                 Ok(()) => return Ok(Ready::resumed(old, peer_received, streams, token)),
                 Err(e) => {
-                    refuse_resume(shared, &peer.site, &e.to_string());
+                    refuse_resume(shared, &peer.id, &e.to_string());
                     end_session(shared, &old, "the peer's received count is out of range");
                     return Err(String::new());
                 }
@@ -181,13 +181,15 @@ pub(super) async fn acceptor_session<C: WanConn>(
     first: Session,
 ) -> Result<Ready, String> {
     let (id, peer_received, resume) = (first.session, first.received, first.resume);
-    let streams = first.streams.min(shared.cfg.wan_params(&peer.site).streams);
+    let streams = first
+        .streams
+        .min(shared.cfg.gateway_params(&peer.id).streams);
     let token = if streams > 1 {
         stripes::fresh_token()
     } else {
         0
     };
-    let old = shared.link_to(&peer.site);
+    let old = shared.link_to(&peer.id);
     if let Some(old) = &old {
         // The dialer only dials once its connection is gone: ours is stale.
         old.stop_conn().await;
@@ -204,7 +206,7 @@ pub(super) async fn acceptor_session<C: WanConn>(
         (Some(link), Ok(())) => (Ready::resumed(link, peer_received, streams, token), true),
         (old, why) => {
             if let (true, Err(why)) = (resume, &why) {
-                refuse_resume(shared, &peer.site, why);
+                refuse_resume(shared, &peer.id, why);
             }
             if let Some(old) = old {
                 end_session(shared, &old, "the peer started a new session");

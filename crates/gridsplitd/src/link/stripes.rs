@@ -4,9 +4,9 @@
 //! (session.rs): the dialer proposes its `streams`, the acceptor answers with
 //! the smaller of that and its own, and with a random token. The dialer then
 //! opens the other connections; each is authenticated exactly like the first
-//! (AUTH proves the peer's site) and its first frame is JOIN(session, token).
+//! (AUTH proves the peer's gateway id) and its first frame is JOIN(session, token).
 //! The acceptor hands a JOINed connection to the session's pending set only if
-//! the site, the session and this set's token all match, so a stale or foreign
+//! the gateway, the session and this set's token all match, so a stale or foreign
 //! JOIN can join nothing. The set runs once complete; a set not complete within
 //! the handshake timeout is dropped, and the dialer's next attempt starts over.
 
@@ -79,7 +79,7 @@ pub(super) async fn await_set(
 
 /// Acceptor: a connection from `peer` whose first frame was JOIN.
 pub(super) fn join(shared: &Shared, peer: &PeerInfo, conn: TcpConn, session: u64, token: u64) {
-    let link = shared.link_to(&peer.site).filter(|l| l.session == session);
+    let link = shared.link_to(&peer.id).filter(|l| l.session == session);
     let slot = link.as_ref().and_then(|l| {
         let j = l.joining.lock().unwrap();
         j.as_ref()
@@ -91,7 +91,7 @@ pub(super) fn join(shared: &Shared, peer: &PeerInfo, conn: TcpConn, session: u64
             let _ = tx.send(conn);
         }
         None => {
-            warn!(peer = %peer.site, remote = %conn.peer_addr(), "JOIN refused: no striped connection set of session {session:016x} is waiting for it");
+            warn!(peer = %peer.id, remote = %conn.peer_addr(), "JOIN refused: no striped connection set of session {session:016x} is waiting for it");
         }
     }
 }
@@ -123,7 +123,7 @@ pub(super) async fn dial_set(
             conn.send_frame(&Frame::Join { session, token })
                 .await
                 .map_err(|e| format!("striped connection {n}: JOIN: {e}"))?;
-            debug!(peer = %peer.name, "striped connection {n} joined");
+            debug!(peer = %peer.id, "striped connection {n} joined");
             Ok::<_, String>(conn)
         }
     };

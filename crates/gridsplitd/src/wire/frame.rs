@@ -92,6 +92,8 @@ pub enum Frame {
     Hello {
         max_frame: u32,
         nonce: [u8; NONCE_LEN],
+        /// The sender's gateway id: its site's name, or `SITE/K` when its
+        /// site has several gateways (config::Site::id).
         site: String,
         /// The sender's `[wan] encryption` is "noise": everything after AUTH is
         /// sealed (transfer/seal.rs). Both ends must agree (auth.rs).

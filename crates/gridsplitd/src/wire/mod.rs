@@ -10,7 +10,8 @@
 //!          4  u32  payload length (header excluded; header + payload <= max_frame)
 //!
 //! type  name        payload
-//!  1    HELLO       magic "GSW3" | max_frame u32 | nonce [32] | name_len u8 | site name
+//!  1    HELLO       magic "GSW4" | max_frame u32 | nonce [32] | name_len u8 | gateway id |
+//!                   sealed u8
 //!  2    AUTH        HMAC-SHA256 tag [32]                     (see auth.rs)
 //!  3    OPEN        flow u32 | window u32 | dst_family u8 | src_family u8 |
 //!                   dst_port u16 | dst_addr [16] | src_port u16 | src_addr [16]

@@ -4,6 +4,9 @@
 //! Every test gets its own second octet K, so its sites are 127.K.1.0/24 (alpha)
 //! and 127.K.2.0/24 (beta): tests run in parallel on fixed ports without clashing,
 //! and the subnet checks are real (nodes bind to addresses inside or outside them).
+//! A site may have several gateways (`Opts::gateways`): gateway J of a site is
+//! host `gw_host(J)` of its subnet (254, 244, ...), and its config says so with
+//! `gateway_index = J`.
 
 #![allow(dead_code)]
 
@@ -47,6 +50,8 @@ pub struct Opts {
     /// Beta's gateway_wan is 127.K.2.253 (a man in the middle the test runs)
     /// instead of its wan_listen, 127.K.2.254.
     pub via_proxy: bool,
+    /// Gateways of alpha and of beta (each at least 1).
+    pub gateways: [u8; 2],
 }
 
 impl Default for Opts {
@@ -62,6 +67,7 @@ impl Default for Opts {
             streams: 1,
             encryption: "noise",
             via_proxy: false,
+            gateways: [1, 1],
         }
     }
 }
@@ -72,19 +78,60 @@ pub fn dir(k: u8) -> PathBuf {
     d
 }
 
+/// The host part of gateway `index`'s addresses in its site's subnet.
+pub fn gw_host(index: u8) -> u8 {
+    254 - 10 * index
+}
+
+/// Whether `a` is the LAN address of a gateway of `site` in test K.
+pub fn is_gateway_ip(k: u8, site: u8, a: IpAddr) -> bool {
+    (0..4).any(|j| a == ip(k, site, gw_host(j)))
+}
+
 /// Writes the config of `site` (1 = alpha, 2 = beta) for test K and returns its path.
 pub fn write_config(k: u8, site: u8, psk: &[u8], o: &Opts) -> PathBuf {
+    write_gateway_config(k, site, 0, psk, o)
+}
+
+/// Writes the config of gateway `index` of `site` for test K, with a
+/// `[[site]]` table per gateway of each site, and returns its path.
+pub fn write_gateway_config(k: u8, site: u8, index: u8, psk: &[u8], o: &Opts) -> PathBuf {
     let d = dir(k);
-    let name = if site == 1 { "alpha" } else { "beta" };
+    let names = ["alpha", "beta"];
+    let name = names[site as usize - 1];
     let psk_path = d.join(format!("psk-{name}"));
     std::fs::write(&psk_path, psk).unwrap();
+    let mut sites = String::new();
+    for (s, n) in [(1u8, o.gateways[0]), (2, o.gateways[1])] {
+        for j in 0..n {
+            let h = gw_host(j);
+            let wan = if s == 2 && j == 0 && o.via_proxy {
+                253
+            } else {
+                h
+            };
+            sites += &format!(
+                "[[site]]\nname = \"{}\"\nsubnet = \"127.{k}.{s}.0/24\"\n\
+                 gateway_lan = \"127.{k}.{s}.{h}:{LAN_PORT}\"\n\
+                 gateway_wan = \"127.{k}.{s}.{wan}:{WAN_PORT}\"\n",
+                names[s as usize - 1]
+            );
+        }
+    }
+    // A top-level key: before the first table.
+    let top = if o.gateways[site as usize - 1] > 1 {
+        format!("gateway_index = {index}")
+    } else {
+        String::new()
+    };
+    let host = gw_host(index);
     let text = format!(
-        r#"
+        r#"{top}
 [gateway]
 site = "{name}"
-lan_listen = "127.{k}.{site}.254:{LAN_PORT}"
-wan_listen = "127.{k}.{site}.254:{WAN_PORT}"
-admin_listen = "127.{k}.0.{site}:{ADMIN_PORT}"
+lan_listen = "127.{k}.{site}.{host}:{LAN_PORT}"
+wan_listen = "127.{k}.{site}.{host}:{WAN_PORT}"
+admin_listen = "127.{k}.0.{admin}:{ADMIN_PORT}"
 strategy = "{strategy}"
 psk_file = "{psk}"
 connect_timeout_ms = {cto}
@@ -101,17 +148,8 @@ socket_buffer = {wsb}
 outage_limit_s = {olim:?}
 streams = {streams}
 encryption = "{enc}"
-[[site]]
-name = "alpha"
-subnet = "127.{k}.1.0/24"
-gateway_lan = "127.{k}.1.254:{LAN_PORT}"
-gateway_wan = "127.{k}.1.254:{WAN_PORT}"
-[[site]]
-name = "beta"
-subnet = "127.{k}.2.0/24"
-gateway_lan = "127.{k}.2.254:{LAN_PORT}"
-gateway_wan = "127.{k}.2.{beta_wan}:{WAN_PORT}"
-"#,
+{sites}"#,
+        admin = site + 10 * index,
         strategy = o.strategy,
         psk = psk_path.display(),
         cto = o.connect_timeout_ms,
@@ -122,9 +160,13 @@ gateway_wan = "127.{k}.2.{beta_wan}:{WAN_PORT}"
         olim = o.outage_limit_s,
         streams = o.streams,
         enc = o.encryption,
-        beta_wan = if o.via_proxy { 253 } else { 254 },
     );
-    let path = d.join(format!("{name}.toml"));
+    let file = if index == 0 {
+        format!("{name}.toml")
+    } else {
+        format!("{name}-{index}.toml")
+    };
+    let path = d.join(file);
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -132,6 +174,11 @@ gateway_wan = "127.{k}.2.{beta_wan}:{WAN_PORT}"
 pub const PSK: &[u8] = b"test-key-0123456789abcdef";
 
 pub async fn gateway(k: u8, site: u8, psk: &[u8], o: &Opts) -> Gateway {
+    gateway_at(k, site, 0, psk, o).await
+}
+
+/// Gateway `index` of `site` (see `write_gateway_config`).
+pub async fn gateway_at(k: u8, site: u8, index: u8, psk: &[u8], o: &Opts) -> Gateway {
     // GS_TEST_LOG=debug shows the gateways' logs when a test needs explaining.
     if let Ok(level) = std::env::var("GS_TEST_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -143,7 +190,7 @@ pub async fn gateway(k: u8, site: u8, psk: &[u8], o: &Opts) -> Gateway {
             .with_test_writer()
             .try_init();
     }
-    let path = write_config(k, site, psk, o);
+    let path = write_gateway_config(k, site, index, psk, o);
     let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     Gateway::start(cfg).await.unwrap()
 }
@@ -277,8 +324,11 @@ pub async fn serve(
     let mut tasks = Vec::new();
     for _ in 0..n {
         let (mut s, peer, origin) = accept_relayed(&l).await;
-        // Relayed from the far gateway's LAN address, on behalf of the real client.
-        assert_eq!(peer.ip(), ip(k, 3 - expect_site, 254));
+        // Relayed from a far gateway's LAN address, on behalf of the real client.
+        assert!(
+            is_gateway_ip(k, 3 - expect_site, peer.ip()),
+            "relayed from {peer}"
+        );
         assert_eq!(
             origin.ip().to_string().split('.').nth(2).unwrap(),
             expect_site.to_string()
@@ -416,7 +466,7 @@ pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
     )
     .await
     .unwrap();
-    assert_eq!(peer.site, "beta");
+    assert_eq!(peer.id, "beta");
     gridsplitd::auth::secure(&mut conn, &peer, "alpha", true, PSK, Duration::from_secs(2))
         .await
         .unwrap();
