@@ -176,19 +176,23 @@ async fn only_configured_gateway_ids_are_accepted() {
     within(30, async {
         let k = 71;
         let b0 = gateway_at(k, 2, 0, PSK, &two_each()).await;
+        // Authenticates as `own`, and seals the connection when that passes
+        // (as a gateway would: a connection left unsealed counts as refused).
         let hello = |own: &'static str| async move {
             let mut conn = connect_to_beta(k).await;
-            gridsplitd::auth::handshake(
+            let limit = Duration::from_secs(2);
+            let auth = gridsplitd::auth::handshake(
                 &mut conn,
                 PSK,
                 own,
                 65536,
                 true,
                 |s| s == "beta/0",
-                Duration::from_secs(2),
-            )
-            .await
-            .map(|p| p.id)
+                limit,
+            );
+            let peer = auth.await?;
+            gridsplitd::auth::secure(&mut conn, &peer, own, true, PSK, limit).await?;
+            Ok::<_, gridsplitd::auth::AuthError>(peer.id)
         };
         assert_eq!(hello("alpha/0").await.unwrap(), "beta/0");
         let failures = b0.shared.metrics.auth_failures.load(Ordering::Relaxed);
@@ -196,16 +200,14 @@ async fn only_configured_gateway_ids_are_accepted() {
             assert!(hello(bad).await.is_err(), "{bad} was accepted");
         }
         // Counted once the acceptor's side of each refusal has run.
-        for _ in 0..40 {
-            if b0.shared.metrics.auth_failures.load(Ordering::Relaxed) >= failures + 3 {
+        let counted = || b0.shared.metrics.auth_failures.load(Ordering::Relaxed) - failures;
+        for _ in 0..200 {
+            if counted() >= 3 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        assert_eq!(
-            b0.shared.metrics.auth_failures.load(Ordering::Relaxed),
-            failures + 3
-        );
+        assert_eq!(counted(), 3, "refusals counted by beta/0");
         b0.stop().await;
     })
     .await
