@@ -89,6 +89,19 @@ async fn flows_spread_over_both_gateways_and_fail_over_when_one_stops() {
         }
         let link = a0.shared.link_to("beta/1").unwrap();
         assert_eq!((link.site.as_str(), link.peer.as_str()), ("beta", "beta/1"));
+        // /status: the gateway's own id and index, each link's peer id and site.
+        let st = gridsplitd::admin::status_json(&a1.shared);
+        assert_eq!(st["id"], "alpha/1");
+        assert_eq!(st["gateway_index"], 1);
+        let links = st["links"].as_array().unwrap();
+        let shown: Vec<_> = links
+            .iter()
+            .map(|l| (l["peer"].clone(), l["site"].clone(), l["gateway_index"].clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            [("beta/0", "beta", 0), ("beta/1", "beta", 1)].map(|(p, s, i)| (p.into(), s.into(), i.into()))
+        );
 
         // Node 10 of each site, through its site's first gateway, to ports of the
         // other site that hash to its gateway 0 and to its gateway 1.
@@ -136,6 +149,8 @@ async fn flows_spread_over_both_gateways_and_fail_over_when_one_stops() {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         assert!(a0.shared.link_to("beta/1").is_none_or(|l| !l.is_up()));
+        let down = gridsplitd::admin::status_json(&a0.shared)["peers_down"].clone();
+        assert_eq!(down, serde_json::json!(["beta/1"]));
         // New flows that hash to beta/1 now go through beta/0, and still arrive
         // whole; those that hash to beta/0 too.
         let opened = b0.shared.metrics.remote_opens[Status::Ok as usize].load(Ordering::Relaxed);
