@@ -64,6 +64,14 @@ def test_a_count_or_a_list_of_gateways_makes_that_many_gateway_hosts():
     assert "gateways" not in one.to_dict()["sites"][0]
 
 
+def test_defaults_give_every_site_a_gateway_count():
+    text = TWO_BY_TWO.replace("gateways = 2\n", "").replace('gateways = ["10.71.2.254", "10.71.2.240"]\n', "gateway = false\n")
+    t = topo(text.replace("[defaults]\n", "[defaults]\ngateways = 3\n"))
+    assert [h.name for h in t.gateway_hosts()] == ["east-gw", "east-gw2", "east-gw3"]  # west: gateway = false
+    with pytest.raises(GridsplitError, match=r"defaults.gateways: .*takes a gateway count"):
+        topo(text.replace("[defaults]\n", '[defaults]\ngateways = ["10.71.1.254"]\n'))
+
+
 @pytest.mark.parametrize("value, says", [
     ("0", "0 is not a gateway count from 1 to 8"),
     ('["10.71.9.1"]', "10.71.9.1 is outside the site's subnet 10.71.1.0/24"),

@@ -496,11 +496,11 @@ def gateway_of_label(label: str) -> tuple[str, int]:
     return site, int(n) - 1 if n else 0
 
 
-def _gateway_ips(r: "_Reader", subnet: ipaddress.IPv4Network, nodes: int) -> tuple[ipaddress.IPv4Address, ...]:
-    """`[[site]] gateways`: a count N (gateways at .254, then .252, .251, ... down)
-    or a list of addresses inside the site's subnet. Nodes take .1 upward and the
-    lab's router .253, so a gateway may be neither."""
-    v = r.table["gateways"]
+def _gateway_ips(r: "_Reader", v: Any, subnet: ipaddress.IPv4Network, nodes: int) -> tuple[ipaddress.IPv4Address, ...]:
+    """`[[site]] gateways` (or `[defaults] gateways`, a count only): a count N
+    (gateways at .254, then .252, .251, ... down) or a list of addresses inside
+    the site's subnet. Nodes take .1 upward and the lab's router .253, so a
+    gateway may be neither."""
     router = subnet.network_address + 253
     if isinstance(v, int) and not isinstance(v, bool):
         if not 1 <= v <= MAX_GATEWAYS:
@@ -574,6 +574,9 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     dq = d.integer("nic_queue_bytes", 1514000, lo=1514)
     dup = d.number("uplink_mbps", 0.0, positive=False, lo=0)
     dgw = d.boolean("gateway", False)
+    dgws = d.table.get("gateways")
+    if dgws is not None and (isinstance(dgws, bool) or not isinstance(dgws, int)):
+        d.fail("gateways", f"{dgws!r}: [defaults] takes a gateway count (e.g. gateways = 2); list addresses per [[site]]")
     dtcp = _tcp(src, "defaults.tcp", d.table.get("tcp", {}), TcpSettings(**DEFAULT_TCP))
     dwrate = d.number("wan_rate_mbps", 1000.0, hi=100000)
     dwbuf = d.integer("wan_buffer_bytes", 4 * 1048576, lo=1514)
@@ -602,7 +605,8 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         if max_nodes is not None and nodes > max_nodes:
             r.fail("nodes", f"{nodes} exceeds max_nodes = {max_nodes}")
         gateway = r.boolean("gateway", dgw)
-        if r.has("gateways"):
+        gws = r.table.get("gateways", dgws if r.boolean("gateway", True) else None)
+        if gws is not None:
             if r.has("gateway") and not gateway:
                 r.fail("gateways", "set together with gateway = false; drop one of the two")
             gateway = True
@@ -616,7 +620,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             subnet = subnets[i + 1]
             _no_overlap(r, "name", subnet, sites, f"its default subnet {subnet} (from addressing.sites)")
         nic = r.number("nic_mbps", dnic, hi=100000, example="nic_mbps = 1000")
-        gateway_ips = _gateway_ips(r, subnet, max_nodes or nodes) if r.has("gateways") else ()
+        gateway_ips = _gateway_ips(r, gws, subnet, max_nodes or nodes) if gws is not None else ()
         sites.append(Site(
             name=sname, index=i + 1, nodes=nodes, max_nodes=max_nodes,
             nic_mbps=nic,
