@@ -88,8 +88,8 @@ def split_pairs(topo: Topology) -> dict[tuple[str, str], tuple[bool, str]]:
     for s in topo.sites:
         if s.gateway:
             need = gateway_load_mbps(topo, s.name)
-            if s.gateway_nic_mbps < need * 0.999:
-                short[s.name] = (f"{s.name}'s gateway NIC ({s.gateway_nic_mbps:g} Mb/s) is below the {need:g} Mb/s "
+            if s.gateway_capacity_mbps < need * 0.999:
+                short[s.name] = (f"{s.name}'s gateway NICs ({s.gateway_capacity_mbps:g} Mb/s) are below the {need:g} Mb/s "
                                  f"its relayed traffic would cross it at (twice what its nodes reach directly: "
                                  f"each byte crosses a one-NIC gateway twice)")
     for w in topo.wans:

@@ -82,6 +82,12 @@ class Site:
         return self.gateway_nic_mbps if role == "gateway" else self.nic_mbps
 
     @property
+    def gateway_capacity_mbps(self) -> float:
+        """What the site's gateways carry together, each way: one NIC each (a
+        site without gateways counts as one, for models that assume one added)."""
+        return self.gateway_nic_mbps * max(1, len(self.gateway_addrs))
+
+    @property
     def router_ip(self) -> ipaddress.IPv4Address:
         return self.subnet.network_address + 253
 
