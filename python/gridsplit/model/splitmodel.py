@@ -153,15 +153,17 @@ def one_to_many(topo: Topology, job: Job, split: bool, gather: bool, sites: tupl
     k = streams_for(topo, src, dst, job)
     budget = lan_window_budget(topo, many.name)
     eff = lan_frame_efficiency(budget, n) if gather else 1.0
-    stages = {"lan_many": min(nic_many, Bps(many.gateway_nic_mbps)) * eff,
-              "wan": min(wan, Bps(src.gateway_nic_mbps), Bps(dst.gateway_nic_mbps),
+    # A site's gateways together (gateway_capacity_mbps: a NIC each) carry its n flows.
+    stages = {"lan_many": min(nic_many, Bps(many.gateway_capacity_mbps)) * eff,
+              "wan": min(wan, Bps(src.gateway_capacity_mbps), Bps(dst.gateway_capacity_mbps),
                          topo.gateways.per_flow_buffer / rtt),
-              "lan_one": min(Bps(one.gateway_nic_mbps), nic_one)}
+              "lan_one": min(Bps(one.gateway_capacity_mbps), nic_one)}
     fed = 0.0
     if gather:
         # The far gateway feeds the root's port with the n relayed flows, each paced at the root's rate;
         # what goes beyond the port's buffer pays the loss episodes.
-        fed = fed_port_excess(n, one.switch_buffer_bytes, nic_one, min(Bps(one.gateway_nic_mbps), n * nic_one), bursty)
+        fed = fed_port_excess(n, one.switch_buffer_bytes, nic_one, min(Bps(one.gateway_capacity_mbps), n * nic_one),
+                              bursty)
         beyond = max(0.0, vol - one.switch_buffer_bytes)
         stages["lan_one"] = vol / (vol / stages["lan_one"] + beyond * fed / nic_one)
     if not budget and gather:
@@ -246,8 +248,9 @@ def _path(topo: Topology, a: Site, b: Site, split: bool, hd: frozenset[str] = fr
         return res
     res.append((("WAN", a.name, b.name), Bps(topo.wan(a.name, b.name).rate_mbps)))
     if split:
-        # One NIC per gateway: in from the nodes and out to the WAN at a, in from the WAN and out to the nodes at b.
-        res += [((x.name, "gateway NIC", "in+out" if x.name in hd else d), Bps(x.gateway_nic_mbps))
+        # One NIC per gateway host: in from the nodes and out to the WAN at a, in from the WAN and out to the
+        # nodes at b; a site's several gateways share its flows (gateway_capacity_mbps).
+        res += [((x.name, "gateway NIC", "in+out" if x.name in hd else d), Bps(x.gateway_capacity_mbps))
                 for x in (a, b) for d in ("in", "out")]
     return res
 
