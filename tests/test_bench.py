@@ -257,6 +257,12 @@ def test_report_of_several_grids_keeps_them_apart(tmp_path):
     other.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cp = gridsplit("report", str(files[0]), str(other), "--out", str(tmp_path / "x"), check=False)
     assert cp.returncode != 0 and "differs from another file's of the same name" in cp.stderr
+    # A later gridsplit's record of the same grid (it adds gateways.encryption; an A/B varies
+    # gateway settings, which its rows carry as variants) is the same grid.
+    ab = m / "2026-11-26-holdout/alltoall-10K-lan-tuning-ab.jsonl"
+    assert "encryption" not in json.loads(files[0].read_text().splitlines()[0])["topology"]["gateways"]
+    assert "encryption" in json.loads(ab.read_text().splitlines()[0])["topology"]["gateways"]
+    assert {c["grid"] for c in summarize_grids([files[1], ab])} == {c["grid"] for c in summarize_grids([files[1]])}
 
 
 def test_report_says_which_queues_dropped_and_the_ratio_floor(tmp_path):

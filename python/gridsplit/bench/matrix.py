@@ -27,8 +27,10 @@ def grid_of(meta: dict[str, Any]) -> str:
     rtts = sorted({round(w["delay_ms_ab"] + w["delay_ms_ba"], 1) for w in wans})
     loss = sorted({w.get("loss", 0) for w in wans})
     gw = sorted({round(s["gateway_nic_mbps"] / s["nic_mbps"], 1) for s in sites if s.get("gateway_nic_mbps")})
+    split = (t.get("gateways") or {}).get("split", "auto")
     return (f"{t.get('name', '?')}: {len(sites)} sites, RTT {'/'.join(f'{r:g}' for r in rtts)} ms, "
-            f"loss {'/'.join(f'{100 * x:g} %' for x in loss)}, gateway NIC {'/'.join(f'{g:g}' for g in gw)}x")
+            f"loss {'/'.join(f'{100 * x:g} %' for x in loss)}, gateway NIC {'/'.join(f'{g:g}' for g in gw)}x"
+            + ("" if split == "auto" else f", split {split}"))
 
 
 def grid_count(paths: list[Path]) -> int:
@@ -38,8 +40,12 @@ def grid_count(paths: list[Path]) -> int:
 
 
 def _physics(topo: dict[str, Any] | None) -> str:
-    """What makes two grids the same grid (not where the topology was read from)."""
-    return json.dumps({k: (topo or {}).get(k) for k in ("sites", "wan", "gateways", "scale")}, sort_keys=True)
+    """What makes two grids the same grid: its network and its split policy, not where the
+    topology was read from, nor gateway settings an A/B varies (rows carry those as their
+    variant), nor keys a later gridsplit added to the record (`gateways.encryption`)."""
+    t = topo or {}
+    return json.dumps({"sites": t.get("sites"), "wan": t.get("wan"), "scale": t.get("scale"),
+                       "split": (t.get("gateways") or {}).get("split", "auto")}, sort_keys=True)
 
 
 def summarize_grids(paths: list[Path]) -> list[dict[str, Any]]:
