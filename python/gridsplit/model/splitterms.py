@@ -20,7 +20,7 @@ RELAY_S = 110e-6                 # one crossing through the two gateways (relay-
 OPS = ("gather", "bcast", "alltoall", "halo", "pingpong")
 EXCHANGES = ("alltoall", "halo")   # ops that span every site of the grid
 # Split is advised below this predicted split/direct: a gain smaller than the model's median
-# error in its validation (results/model/2026-11-26-split) is not one to deploy gateways for.
+# error in its validation (results/model/2026-11-26-split-fanin) is not one to deploy gateways for.
 DECIDE_BELOW = 0.95
 # Measured split/direct within 5 % of 1: either mode is as good (issue 22's scoring, and
 # the policy's "never slower beyond noise").
