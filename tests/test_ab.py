@@ -14,7 +14,7 @@ from gridsplit.bench.results import read_rows, variant_tag
 from gridsplit.errors import GridsplitError
 from gridsplit.lab.names import LabNames
 from gridsplit.sysdeps import built
-from gridsplit.topology import load_topology
+from gridsplit.topology_file import load_topology
 
 
 def test_sides_alternate_and_each_side_keeps_its_settings():

@@ -14,7 +14,7 @@ from conftest import gridsplit
 from gridsplit.bench.app import place
 from gridsplit.bench.appsummary import summarize_apps
 from gridsplit.bench.results import read_rows
-from gridsplit.topology import load_topology
+from gridsplit.topology_file import load_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "build" / "mpi" / "openmpi" / "apptoy")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gridsplit, needs_root
-from gridsplit.topology import load_topology
+from gridsplit.topology_file import load_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 MINI = resources.files("gridsplit").joinpath("presets", "mini.toml").read_text()

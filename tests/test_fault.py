@@ -18,7 +18,7 @@ from conftest import PREFIX, gridsplit, netns_list
 
 from gridsplit.errors import GridsplitError
 from gridsplit.lab import fault as F
-from gridsplit.topology import load_topology
+from gridsplit.topology_file import load_topology
 
 STATE = Path(os.environ.get("GRIDSPLIT_RUN_DIR", "/run/gridsplit")) / "lab" / PREFIX / "state.json"
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import gridsplit, mpirun, needs_root
 from gridsplit.errors import GridsplitError
 from gridsplit.gateway import gateway_toml, nodes_conf
-from gridsplit.topology import parse_topology
+from gridsplit.topology_file import parse_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 GSD = ROOT / "target" / "release" / "gridsplitd"

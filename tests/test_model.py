@@ -232,7 +232,7 @@ rate_mbps = 1000
 
 def _gw_topo(extra: str = ""):
     import tomllib
-    from gridsplit.topology import parse_topology
+    from gridsplit.topology_file import parse_topology
     return parse_topology(tomllib.loads(GW_TOPO.replace("gateway = true\n", "gateway = true\n" + extra)), "gwnic.toml")
 
 
@@ -360,7 +360,7 @@ def test_split_random_loss_mathis_per_connection_and_striped_streams():
 
 def test_split_model_on_the_issue_example():
     """Issue 22: paper, 8 nodes x 500 KB gather, measured split/direct 0.83 (Open MPI) and 0.33 (MPICH)."""
-    from gridsplit.topology import load_topology
+    from gridsplit.topology_file import load_topology
     topo = load_topology("paper", nodes=8)
     assert SM.cell(topo, SM.Job("gather", 500_000, "openmpi"))["ratio"] == pytest.approx(0.83, abs=0.1)
     assert SM.cell(topo, SM.Job("gather", 500_000, "mpich"))["ratio"] == pytest.approx(0.33, abs=0.1)
@@ -446,7 +446,7 @@ def test_split_fed_port_loses_only_where_a_gateway_outruns_the_node_it_feeds():
     assert ST.fed_port_excess(6, 32_000, C100, C100) == 0       # a gateway no faster than the node
     assert ST.fed_port_excess(1, 32_000, C100, 4 * C100) == 0   # one flow, paced at the node's rate
     assert ST.fed_port_excess(200, 32_000, C100, 4 * C100) == 1.0
-    from gridsplit.topology import load_topology
+    from gridsplit.topology_file import load_topology
     holdout = load_topology(str(HOLDOUT / "holdout.toml"))
     job = SM.Job("gather", 1_000_000, "openmpi")
     s = SM.one_to_many(holdout, job, True, True)
@@ -460,7 +460,7 @@ def test_split_fed_port_loses_only_where_a_gateway_outruns_the_node_it_feeds():
 
 def test_split_one_nic_gateway_both_ways_with_sub_segment_windows_is_half_duplex():
     from gridsplit.capacity import lan_window_budget
-    from gridsplit.topology import load_topology
+    from gridsplit.topology_file import load_topology
     holdout = load_topology(str(HOLDOUT / "holdout.toml"))
     budget = lan_window_budget(holdout, "south")
     assert ST.half_duplex(budget, 36) and not ST.half_duplex(budget, 6) and not ST.half_duplex(0, 36)
@@ -494,7 +494,7 @@ def test_split_halo_counts_both_directions_through_the_gateway():
 
 
 def test_split_bench_all_layout_and_kept_direct_cells(tmp_path):
-    from gridsplit.topology import load_topology
+    from gridsplit.topology_file import load_topology
     topo = _gw_topo()
     job = SM.Job("gather", 1_000_000)
     # A root alone on its site: -n all is the pair layout.

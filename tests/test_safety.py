@@ -12,7 +12,8 @@ from gridsplit import sysdeps
 from gridsplit.errors import GridsplitError
 from gridsplit.lab import gateways, realize
 from gridsplit.lab.names import LabNames
-from gridsplit.topology import LabSettings, load_topology
+from gridsplit.topology import LabSettings
+from gridsplit.topology_file import load_topology
 
 
 def test_refuses_without_root(monkeypatch):

@@ -184,7 +184,7 @@ def test_lan_mss_fits_one_segment_per_node(tmp_path):
     segment from every node of the site fits (payload budget and wire bytes), and gridsplitd accepts it."""
     from gridsplit.capacity import lan_window_budget
     from gridsplit.gateway import gateway_toml, lan_mss
-    from gridsplit.topology import load_topology
+    from gridsplit.topology_file import load_topology
     assert lan_mss(load_topology("paper", nodes=16), "bordeaux") == 0
     topo = load_topology("paper", nodes=20)
     mss, site = lan_mss(topo, "bordeaux"), topo.site("bordeaux")
@@ -226,7 +226,7 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
     """`gateway config` writes each link's stream count with its reason, from the topology's loss or
     [gateways] wan_streams, and gridsplitd accepts it."""
     from gridsplit.gateway import gateway_toml
-    from gridsplit.topology import parse_topology
+    from gridsplit.topology_file import parse_topology
     base = ('[defaults]\nnic_mbps = 200\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\n'
             '[[site]]\nname = "b"\nnodes = 1\n[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\nrate_mbps = 200\n')
     psk = tmp_path / "psk"
@@ -261,7 +261,7 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     from gridsplit.capacity import gateway_load_mbps, split_pairs
     from gridsplit.gateway import gateway_toml, nodes_conf, sites_toml
     from gridsplit.model.splitadvise import split_policy
-    from gridsplit.topology import parse_topology
+    from gridsplit.topology_file import parse_topology
     three = ('[defaults]\nnic_mbps = 100\ngateway = true\n'
              '[[site]]\nname = "a"\nnodes = 3\n[[site]]\nname = "b"\nnodes = 2\n[[site]]\nname = "c"\nnodes = 1\n'
              '[[wan]]\nsites = ["a", "b"]\nrtt_ms = 4\nrate_mbps = 1000\n'

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gridsplit.errors import GridsplitError
-from gridsplit.topology import load_topology, parse_topology
+from gridsplit.topology_file import load_topology, parse_topology
 import tomllib
 
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import PREFIX, gridsplit, needs_root
 from gridsplit.errors import GridsplitError
 from gridsplit.lab.realize import GATEWAY_RULE_PREF, _remote_nets, routes_to_peer
-from gridsplit.topology import load_topology, parse_topology
+from gridsplit.topology_file import load_topology, parse_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 MINI = resources.files("gridsplit").joinpath("presets", "mini.toml").read_text()

@@ -30,7 +30,8 @@ from rich.table import Table
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..lab.mpi import IMPLS
-from ..topology import STRATEGIES, load_topology
+from ..topology import STRATEGIES
+from ..topology_file import load_topology
 from . import options as O
 from . import units
 from .report import build_report

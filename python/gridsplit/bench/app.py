@@ -33,7 +33,8 @@ from .. import machine, sysdeps
 from ..errors import GridsplitError
 from ..inventory import Inventory
 from ..lab.mpi import IMPLS, TIMED_OUT
-from ..topology import Host, Topology, load_topology
+from ..topology import Host, Topology
+from ..topology_file import load_topology
 from . import options as O
 from .ab import Side, parse_sides, side_point
 from .appresults import build_app_report, render_app_summary, summarize_apps

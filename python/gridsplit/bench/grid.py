@@ -27,7 +27,8 @@ from ..lab.gateways import gateway_binary
 from ..lab.mpi import RANK_ENV, mpirun, split_env
 from ..lab.names import LabNames
 from ..lab.sh import list_netns
-from ..topology import Host, load_topology
+from ..topology import Host
+from ..topology_file import load_topology
 from .measure import Probe, tracers
 from .points import Point, bound_per_rep
 

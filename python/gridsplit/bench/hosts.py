@@ -49,7 +49,8 @@ from ..lab import counters as C
 from ..lab.mpi import watch
 from ..launch import rank_env_args, ranks_split_env
 from ..netcheck.runner import FACTS_SCRIPT, Endpoint, Result, parse_facts
-from ..topology import GatewaySettings, Topology, load_topology
+from ..topology import GatewaySettings, Topology
+from ..topology_file import load_topology
 from .measure import attribute
 from .points import Point, bound_per_rep
 

@@ -38,7 +38,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .. import machine, sysdeps
 from ..errors import GridsplitError
 from ..inventory import Inventory
-from ..topology import STRATEGIES, Host, load_topology
+from ..topology import STRATEGIES, Host
+from ..topology_file import load_topology
 from ..lab import queues
 from ..lab.mpi import IMPLS, TIMED_OUT
 from . import measure

@@ -22,7 +22,7 @@ from ..lab.gateways import gateway_label_of, gateway_status
 from ..lab.realize import load_state
 from ..netcheck.measure import load_report
 from ..netcheck.tuning import gateway_links
-from ..topology import load_topology
+from ..topology_file import load_topology
 
 from . import ADMIN, fetch_status, gateway_toml, new_psk, nodes_conf
 

@@ -15,7 +15,8 @@ from rich.table import Table
 from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..machine import facts
-from ..topology import gateway_of_label, load_topology
+from ..topology import gateway_of_label
+from ..topology_file import load_topology
 from . import counters as C
 from . import fault as F
 from . import gateways as G

@@ -34,7 +34,8 @@ from .. import sysdeps
 from ..errors import GridsplitError
 from ..model.splitadvise import split_policy
 from ..gateway import lan_initrwnd
-from ..topology import PRESETS, GatewaySettings, Host, Topology, WanLink, load_topology
+from ..topology import PRESETS, GatewaySettings, Host, Topology, WanLink
+from ..topology_file import load_topology
 from . import names as N
 from ..procs import zombie
 from .gateways import (gateway_host_sysctls, gateway_labels, gateway_lan_mss,

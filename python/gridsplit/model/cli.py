@@ -26,7 +26,7 @@ from ..errors import GridsplitError
 from ..lab.names import LabNames
 from ..lab.realize import load_state
 from ..sysdeps import repo_root
-from ..topology import load_topology
+from ..topology_file import load_topology
 from . import advise as advice
 from . import measure as measuring
 from . import splitadvise, splitmodel, splitrecord, splitvalidate

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import machine
-from ..topology import Topology, load_topology
+from ..topology import Topology
+from ..topology_file import load_topology
 from . import splitadvise
 from . import splitmodel as sm
 

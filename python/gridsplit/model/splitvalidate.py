@@ -21,7 +21,8 @@ from .. import machine
 from ..bench.results import read_rows, summarize, variant_tag
 from ..errors import GridsplitError
 from ..capacity import split_pairs
-from ..topology import Topology, parse_topology
+from ..topology import Topology
+from ..topology_file import parse_topology
 from . import appvalidate
 from . import splitmodel as sm
 from .splitmodel import grid_facts
