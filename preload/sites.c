@@ -133,6 +133,15 @@ static void own_gateways(struct gs_config *cfg)
     }
 }
 
+/* The site line whose subnet holds interface address i (its address in *a), or -1. */
+static int ifa_site(const struct gs_config *cfg, const struct ifaddrs *i, struct gs_addr *a)
+{
+    if (!i->ifa_addr ||
+        gs_sockaddr_to_addr(i->ifa_addr, sizeof(struct sockaddr_storage), a, NULL) < 0)
+        return -1;
+    return site_of(cfg, a);
+}
+
 /* The first interface address inside a subnet of the own site (family 0 if none):
  * the node's address in its site, the source of the flow hash (gateways.c). */
 static void own_address(struct gs_config *cfg, struct ifaddrs *ifs)
@@ -140,10 +149,7 @@ static void own_address(struct gs_config *cfg, struct ifaddrs *ifs)
     memset(&cfg->own_addr, 0, sizeof cfg->own_addr);
     for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
         struct gs_addr a;
-        if (!i->ifa_addr ||
-            gs_sockaddr_to_addr(i->ifa_addr, sizeof(struct sockaddr_storage), &a, NULL) < 0)
-            continue;
-        int best = site_of(cfg, &a);
+        int best = ifa_site(cfg, i, &a);
         if (best >= 0 && same_site(cfg, best, cfg->own)) {
             cfg->own_addr = a;
             return;
@@ -188,10 +194,7 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
     int other = -1;
     for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
         struct gs_addr a;
-        if (!i->ifa_addr ||
-            gs_sockaddr_to_addr(i->ifa_addr, sizeof(struct sockaddr_storage), &a, NULL) < 0)
-            continue;
-        int best = site_of(cfg, &a);
+        int best = ifa_site(cfg, i, &a);
         if (best < 0)
             continue;
         if (own < 0)

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testio.h"
+
 #define HELLO_LEN 64
 
 static int failures_in_test;
@@ -70,16 +72,6 @@ static void fmt_sa(const struct sockaddr *sa, char *buf, size_t len)
     }
 }
 
-static struct sockaddr_in sin4(const char *ip, unsigned short port)
-{
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    inet_pton(AF_INET, ip, &a.sin_addr);
-    return a;
-}
-
 /* "ip:port" of fd's own address, or of its peer's: the peer goes through the
  * preloaded getpeername(), which must report the destination, not the gateway. */
 static void sock_name(int fd, int peer, char *buf, size_t len)
@@ -96,30 +88,6 @@ static void sock_name(int fd, int peer, char *buf, size_t len)
 
 static void local_name(int fd, char *buf, size_t len) { sock_name(fd, 0, buf, len); }
 static void peer_name(int fd, char *buf, size_t len) { sock_name(fd, 1, buf, len); }
-
-/* Read exactly n bytes, polling (5 s per wait) if the fd is non-blocking. */
-static int read_full(int fd, void *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, (char *)buf + got, n - got);
-        if (r > 0) {
-            got += (size_t)r;
-        } else if (r == 0) {
-            errno = ECONNRESET;
-            return -1;
-        } else if (errno == EAGAIN || errno == EINTR) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            if (poll(&p, 1, 5000) == 0) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-        } else {
-            return -1;
-        }
-    }
-    return 0;
-}
 
 static int write_full(int fd, const void *buf, size_t n)
 {

@@ -3,6 +3,8 @@
 #ifndef MULTIGW_H
 #define MULTIGW_H
 
+#include "testio.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -13,16 +15,6 @@ static inline double now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static inline struct sockaddr_in sin4(const char *ip, unsigned short port)
-{
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    inet_pton(AF_INET, ip, &a.sin_addr);
-    return a;
 }
 
 /* Runs one scenario in this (preloaded) process; the exit status. */

@@ -133,30 +133,6 @@ static int node_socket(const char *bind_ip, int nonblock)
     return fd;
 }
 
-/* Read exactly n bytes (polling up to 5 s per wait on a non-blocking fd). */
-static int read_full(int fd, char *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r > 0) {
-            got += (size_t)r;
-        } else if (r == 0) {
-            errno = ECONNRESET;
-            return -1;
-        } else if (errno == EAGAIN || errno == EINTR) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            if (poll(&p, 1, 5000) == 0) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-        } else {
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* The relayed stream is clean: the server's "hi!" first, then an echo. */
 static void check_stream(int fd, const char *what)
 {

@@ -1,0 +1,46 @@
+/* testio.h - small socket helpers shared by the preload test programs. */
+#ifndef GS_TESTIO_H
+#define GS_TESTIO_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+static inline struct sockaddr_in sin4(const char *ip, unsigned short port)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+}
+
+/* Read exactly n bytes, polling (5 s per wait) if the fd is non-blocking. */
+static inline int read_full(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        } else if (errno == EAGAIN || errno == EINTR) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 5000) == 0) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#endif
