@@ -89,26 +89,6 @@ static void sock_name(int fd, int peer, char *buf, size_t len)
 static void local_name(int fd, char *buf, size_t len) { sock_name(fd, 0, buf, len); }
 static void peer_name(int fd, char *buf, size_t len) { sock_name(fd, 1, buf, len); }
 
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r > 0) {
-            done += (size_t)r;
-        } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            if (poll(&p, 1, 5000) == 0) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-        } else {
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* Read the server's hello and check it against the expected source address: what
  * the destination's accept() and getpeername() saw must be the client's own
  * address, never the gateway's. */
@@ -206,18 +186,6 @@ static int connect_b(const char *ip, unsigned short port)
         return -1;
     }
     return fd;
-}
-
-/* A port on ip with nobody listening (bound then released). */
-static unsigned short free_port(const char *ip)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = sin4(ip, 0);
-    socklen_t l = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static int wait_pollout(int fd)

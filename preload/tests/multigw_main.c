@@ -76,18 +76,6 @@ static unsigned short blackhole(const char *ip)
     return ntohs(a.sin_port);
 }
 
-/* A port on ip that nothing listens on. */
-static unsigned short closed_port(const char *ip)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = sin4(ip, 0);
-    socklen_t l = sizeof a;
-    bind(s, (struct sockaddr *)&a, sizeof a);
-    getsockname(s, (struct sockaddr *)&a, &l);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 static const char *dir;
 
 static char *slurp(const char *path)
@@ -186,8 +174,8 @@ int main(int argc, char **argv)
     char black[64], logscb2[1024];
     snprintf(black, sizeof black, "127.0.1.249:%u", blackhole("127.0.1.249"));
     snprintf(logscb2, sizeof logscb2, "%s,-,%s", logh, log2);
-    snprintf(closed1, sizeof closed1, "127.0.1.251:%u", closed_port("127.0.1.251"));
-    snprintf(closed2, sizeof closed2, "127.0.1.250:%u", closed_port("127.0.1.250"));
+    snprintf(closed1, sizeof closed1, "127.0.1.251:%u", free_port("127.0.1.251"));
+    snprintf(closed2, sizeof closed2, "127.0.1.250:%u", free_port("127.0.1.250"));
     snprintf(logs12, sizeof logs12, "%s,%s", log1, log2);
     snprintf(logsc2, sizeof logsc2, "-,%s", log2);
     snprintf(logsh2, sizeof logsh2, "%s,%s", logh, log2);
