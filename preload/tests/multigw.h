@@ -8,14 +8,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
-#include <time.h>
-
-static inline double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 /* Runs one scenario in this (preloaded) process; the exit status. */
 int mg_client_main(const char *scenario);

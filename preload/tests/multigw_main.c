@@ -78,18 +78,6 @@ static unsigned short blackhole(const char *ip)
 
 static const char *dir;
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *buf = calloc(1, 1 << 16);
-    if (f) {
-        size_t n = fread(buf, 1, (1 << 16) - 1, f);
-        buf[n] = 0;
-        fclose(f);
-    }
-    return buf;
-}
-
 /* Runs `self client SCENARIO` under LD_PRELOAD with a node file of the given site
  * lines (site a's gateways, then site b) and the logs of site a's gateway lines.
  * Returns the child's stderr (to free); *status its exit status. */

@@ -40,18 +40,7 @@
 
 #include "multigw.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                               \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);                       \
-            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fprintf(stderr, "\n");                                                     \
-        }                                                                              \
-    } while (0)
-
+static int failures; /* counted by CHECK (testio.h) */
 
 /* ------------------------------------------------- the documented flow hash */
 
@@ -92,45 +81,10 @@ static int carried_by(int fd)
     char ip[INET_ADDRSTRLEN], want[64];
     inet_ntop(AF_INET, &me.sin_addr, ip, sizeof ip);
     snprintf(want, sizeof want, "REQ %s:%u ", ip, ntohs(me.sin_port));
-    for (int i = 0; i < ngw; i++) {
-        FILE *f = strcmp(gw_log[i], "-") ? fopen(gw_log[i], "r") : NULL;
-        if (!f)
-            continue;
-        char line[256];
-        int found = 0;
-        while (!found && fgets(line, sizeof line, f))
-            found = strncmp(line, want, strlen(want)) == 0;
-        fclose(f);
-        if (found)
+    for (int i = 0; i < ngw; i++)
+        if (strcmp(gw_log[i], "-") != 0 && log_count(gw_log[i], want) > 0)
             return i;
-    }
     return -1;
-}
-
-static int log_count(int i, const char *prefix)
-{
-    FILE *f = fopen(gw_log[i], "r");
-    if (!f)
-        return 0;
-    char line[256];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strncmp(line, prefix, strlen(prefix)) == 0;
-    fclose(f);
-    return n;
-}
-
-static int node_socket(const char *bind_ip, int nonblock)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0);
-    if (fd >= 0 && bind_ip) {
-        struct sockaddr_in a = sin4(bind_ip, 0);
-        if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-            close(fd);
-            return -1;
-        }
-    }
-    return fd;
 }
 
 /* The relayed stream is clean: the server's "hi!" first, then an echo. */
@@ -337,19 +291,19 @@ static void scenario_hung(const char *mode)
 {
     char dst[32];
     double ms;
-    int reqs = log_count(0, "REQ ");
+    int reqs = log_count(gw_log[0], "REQ ");
     dst_for(SRC, 0, 10, dst, sizeof dst);
     failover_connect(mode, dst, &ms);
     CHECK(ms >= 380 && ms < 3000, "%s: failover took %.0f ms, want about the 400 ms timeout",
           mode, ms);
-    CHECK(log_count(0, "REQ ") == reqs + 1, "the hung gateway saw %d requests, want 1",
-          log_count(0, "REQ ") - reqs);
+    CHECK(log_count(gw_log[0], "REQ ") == reqs + 1, "the hung gateway saw %d requests, want 1",
+          log_count(gw_log[0], "REQ ") - reqs);
     dst_for(SRC, 0, atoi(strrchr(dst, '.') + 1) + 1, dst, sizeof dst);
     failover_connect(mode, dst, &ms);
     CHECK(ms < 200, "%s: connect after a failover took %.0f ms: the hung gateway was not skipped",
           mode, ms);
-    CHECK(log_count(0, "REQ ") == reqs + 1, "the hung gateway saw %d requests, want 1",
-          log_count(0, "REQ ") - reqs);
+    CHECK(log_count(gw_log[0], "REQ ") == reqs + 1, "the hung gateway saw %d requests, want 1",
+          log_count(gw_log[0], "REQ ") - reqs);
 }
 
 /* Line 0 refuses, from 8 threads at once (blocking and non-blocking sockets
