@@ -32,6 +32,22 @@ def test_sides_alternate_and_each_side_keeps_its_settings():
     assert len({p.key for p in pts}) == len(pts)
 
 
+def test_lan_pacing_is_a_side_key_recorded_in_each_row():
+    """`bench ab alltoall --a lan_pacing=off --b lan_pacing=on`: the sides differ in lan_pacing only, each
+    point's variant records it, and a side that does not set it runs the topology's."""
+    from gridsplit.bench.ab import parse_sides
+    g = load_topology("mini").gateways
+    a, b = parse_sides("lan_pacing=off", "lan-pacing=on")
+    assert (a.settings, b.settings, a.label, b.label) == ({"lan_pacing": "off"}, {"lan_pacing": "on"}, "A", "B")
+    pts = plan("alltoall", g, (a, b), ["openmpi"], [2], [10_000], 2, direct=True)
+    assert {(p.ab, (p.variant or {}).get("lan_pacing")) for p in pts} == {(None, None), ("A", "off"), ("B", "on")}
+    assert len({p.key for p in pts}) == len(pts)
+    auto = plan("alltoall", g, (parse_side("A", ""), parse_side("B", "lan_pacing=auto")), ["openmpi"], [2], [10_000],
+                2, direct=False)
+    assert {(p.ab, p.pacing) for p in auto} == {("A", g.lan_pacing), ("B", "auto")}
+    assert "lan_pacing" in gridsplit("bench", "ab", "--help").stdout
+
+
 def test_compare_pairs_the_sides_by_round():
     def row(mode, ab, k, t):
         return {"kind": "point", "op": "gather", "impl": "openmpi", "nodes": 2, "size_bytes": 1000, "mode": mode,
@@ -48,6 +64,7 @@ def test_compare_pairs_the_sides_by_round():
     ("wan_streams=17", "not auto or a number of connections 1..16"),
     ("colour=red", "is not KEY=VALUE"),
     ("strategy=fastest", "is not one of"),
+    ("lan_pacing=yes", "lan_pacing='yes' is not one of auto, on, off"),
     ("gridsplitd=/nonexistent/gridsplitd", "is not an executable file"),
 ])
 def test_bad_sides_are_one_line(text, msg):

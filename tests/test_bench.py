@@ -63,8 +63,8 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         if r["mode"] == "split":
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
             assert all(g["softirq_s"] >= 0 and g["softirq_pct"] is not None for g in r["cpu"]["gateways"].values())
-            assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True, "wan_streams": 0,
-                                    "split": "policy"}
+            assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True, "lan_pacing": "off",
+                                    "wan_streams": 0, "split": "policy"}
     # 200 KB from two nodes moves 400 KB per gather across the WAN: in split mode that
     # is the gateways' data, so their CPU was used.
     big = [r for r in points if r["mode"] == "split" and r["size_bytes"] == 200_000 and r["nodes"] == 2]
@@ -234,6 +234,28 @@ def test_a_point_of_all_nodes_finds_its_row():
     assert row_key(old)[2] == 11   # rows written before the field: their own count
 
 
+def test_rows_from_before_lan_pacing_ran_it_off():
+    """Rows written before [gateways] lan_pacing existed ran without LAN pacing: they resume as a point with
+    lan_pacing "off" and keep their variant tags; a paced variant gets a tag and a key of its own."""
+    from gridsplit.bench.points import Point
+    from gridsplit.bench.results import row_key, variant_tag
+    rows = [r for r in read_rows(ROOT / "results/matrix/2026-11-26-holdout/gather.jsonl") if r.get("kind") == "point"]
+    split = next(r for r in rows if r["mode"] == "split")
+    v = split["variant"]
+    assert "lan_pacing" not in v
+    p = Point(split["op"], split["impl"], split["nodes"], split["size_bytes"], split["repeat"], "split",
+              v["strategy"], v["congestion"], v["lan_tuning"], v["wan_streams"], v["split"], pacing="off")
+    assert row_key(split) == p.key and p.variant == {**v, "lan_pacing": "off"}
+    assert {variant_tag(r) for r in rows} == {"direct", "fair:cubic"}
+    assert {s["variant"] for s in summarize(rows)} == {"fair:cubic"}
+    on = {**split, "variant": {**v, "lan_pacing": "on"}}
+    assert variant_tag(on) == "fair:cubic:lan-pacing-on" and row_key(on) != row_key(split)
+    assert row_key({**split, "variant": {**v, "lan_pacing": "off"}}) == row_key(split)
+    direct = next(r for r in rows if r["mode"] == "direct")
+    assert row_key(direct) == Point(direct["op"], direct["impl"], direct["nodes"], direct["size_bytes"],
+                                    direct["repeat"], "direct", None, None).key
+
+
 def test_report_of_several_grids_keeps_them_apart(tmp_path):
     """Files of more than one topology make one matrix page: a heat map row per grid, cells that
     never pool two grids' points, and files of one grid (gather and alltoall) pooled."""
@@ -359,6 +381,7 @@ def test_bench_rejects_bad_flags_in_one_line():
     for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "'0' is not a node count"),
                       (["-n", "4,x"], "'x' is not a node count"),
                       (["--rank-env", "EAGER"], "NAME=VALUE"), (["--rank-env", "LD_PRELOAD=/x.so"], "split mode"),
-                      (["--rank-env", "GRIDSPLIT_CONFIG=/x"], "split mode")):
+                      (["--rank-env", "GRIDSPLIT_CONFIG=/x"], "split mode"),
+                      (["--lan-pacing", "yes"], "'yes' is not one of auto, on, off")):
         cp = gridsplit("bench", "gather", *args, check=False)
         assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr

@@ -179,6 +179,18 @@ def test_gateway_status_tells_sub_segment_windows(capsys):
     assert "under one segment" not in line and "sub-segment windows off" in line
 
 
+def _check_config(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+    """`gridsplitd --check-config` on a gateway config (written to tmp_path/gw.toml); skips the test
+    where gridsplitd is not built."""
+    gridsplitd = ROOT / "target" / "release" / "gridsplitd"
+    if not gridsplitd.exists():
+        pytest.skip("gridsplitd is not built (make build)")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(text)
+    return subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
+                          timeout=30)
+
+
 def test_lan_mss_fits_one_segment_per_node(tmp_path):
     """The MSS a gateway offers its LAN: full-size where full segments fit its switch port, else one whole
     segment from every node of the site fits (payload budget and wire bytes), and gridsplitd accepts it."""
@@ -197,15 +209,10 @@ def test_lan_mss_fits_one_segment_per_node(tmp_path):
     psk = tmp_path / "psk"
     psk.write_text("0" * 64 + "\n")
     psk.chmod(0o600)
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(gateway_toml(topo, "bordeaux", str(psk), mss=mss))
-    assert f"mss = {mss}" in cfg.read_text() and "initrwnd 2 " in cfg.read_text()  # two segments of it
+    text = gateway_toml(topo, "bordeaux", str(psk), mss=mss)
+    assert f"mss = {mss}" in text and "initrwnd 2 " in text  # two segments of it
     assert "mss =" not in gateway_toml(topo, "bordeaux", str(psk))  # the default: the interface's
-    gridsplitd = Path(__file__).resolve().parents[1] / "target" / "release" / "gridsplitd"
-    if not gridsplitd.exists():
-        pytest.skip("gridsplitd is not built (make build)")
-    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
-                         timeout=30)
+    chk = _check_config(tmp_path, text)
     assert chk.returncode == 0, chk.stderr
 
 
@@ -239,18 +246,42 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
     fixed = gateway_toml(parse_topology(tomllib.loads(base + "loss = 0.0005\n[gateways]\nwan_streams = 3\n"), "t"),
                          "a", str(psk))
     assert "streams = 3\n" in fixed and "fixed by the topology" in fixed
-    gridsplitd = Path(__file__).resolve().parents[1] / "target" / "release" / "gridsplitd"
-    if not gridsplitd.exists():
-        pytest.skip("gridsplitd is not built (make build)")
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(lossy)
-    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
-                         timeout=30)
+    chk = _check_config(tmp_path, lossy)
     assert chk.returncode == 0, chk.stderr
-    cfg.write_text(lossy.replace("streams = 7", "streams = 0"))
-    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
-                         timeout=30)
+    chk = _check_config(tmp_path, lossy.replace("streams = 7", "streams = 0"))
     assert chk.returncode != 0 and "streams" in chk.stderr and len(chk.stderr.strip().splitlines()) == 1, chk.stderr
+
+
+def test_gateway_config_paces_lan_writes_as_lan_pacing_says(tmp_path):
+    """[gateways] lan_pacing: "on" writes [lan] rate_bps at every site, "auto" only where the gateway's
+    NIC is faster than the nodes', "off" (the default) nowhere. The rate is the nodes' NIC in IP bytes
+    (1500 of every 1514 on the wire), after the lab's scale; gridsplitd accepts the file."""
+    from dataclasses import replace
+    from gridsplit.capacity import lan_pacing_rate_bps
+    from gridsplit.gateway import gateway_toml
+    from gridsplit.topology_file import load_topology, parse_topology
+    base = ('[defaults]\nnic_mbps = 100\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\ngateway_nic_mbps = 400\n'
+            '[[site]]\nname = "b"\nnodes = 1\n[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\nrate_mbps = 200\n')
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+    rate = round(100e6 * 1500 / 1514)
+
+    def lan(pacing, site):
+        topo = parse_topology(tomllib.loads(base + (f'[gateways]\nlan_pacing = "{pacing}"\n' if pacing else "")), "t")
+        return tomllib.loads(gateway_toml(topo, site, str(psk)))["lan"].get("rate_bps")
+
+    assert [lan(None, "a"), lan(None, "b"), lan("off", "a"), lan("off", "b")] == [None] * 4
+    assert (lan("on", "a"), lan("on", "b")) == (rate, rate)
+    assert (lan("auto", "a"), lan("auto", "b")) == (rate, None)  # only a's gateway outruns its nodes
+    for scale, node_mbps in ((1, 1000), (10, 100)):  # `--scale` divides the nodes' NIC rate, and the pacing
+        t = load_topology("paper", scale=scale)
+        t = replace(t, gateways=replace(t.gateways, lan_pacing="on"))
+        assert lan_pacing_rate_bps(t, "bordeaux") == round(node_mbps * 1e6 * 1500 / 1514)
+    text = gateway_toml(parse_topology(tomllib.loads(base + '[gateways]\nlan_pacing = "on"\n'), "t"), "a", str(psk))
+    assert "docs/design/lan-legs.md" in text.split("rate_bps =")[0].splitlines()[-1]
+    chk = _check_config(tmp_path, text)
+    assert chk.returncode == 0, chk.stderr
 
 
 def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path):
@@ -297,18 +328,10 @@ def test_split_policy_splits_pairs_whose_gateways_carry_the_direct_rate(tmp_path
     psk = tmp_path / "psk"
     psk.write_text("0" * 64 + "\n")
     psk.chmod(0o600)
-    gridsplitd = Path(__file__).resolve().parents[1] / "target" / "release" / "gridsplitd"
-    if not gridsplitd.exists():
-        pytest.skip("gridsplitd is not built (make build)")
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(gateway_toml(gw4, "a", str(psk)))
-    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
-                         timeout=30)
+    chk = _check_config(tmp_path, gateway_toml(gw4, "a", str(psk)))
     assert chk.returncode == 0, chk.stderr
     assert 'direct_to = "' in gateway_toml(gw4, "a", str(psk))
-    cfg.write_text(gateway_toml(gw4, "a", str(psk)).replace('direct_to = "', 'direct_to = "bee ', 1))
-    chk = subprocess.run([str(gridsplitd), "--config", str(cfg), "--check-config"], text=True, capture_output=True,
-                         timeout=30)
+    chk = _check_config(tmp_path, gateway_toml(gw4, "a", str(psk)).replace('direct_to = "', 'direct_to = "bee ', 1))
     assert chk.returncode != 0 and "direct_to" in chk.stderr and "'bee'" in chk.stderr, chk.stderr
 
 

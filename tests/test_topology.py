@@ -91,6 +91,8 @@ BAD = [
     ('[[wan]]\nsites=["a","b"]\nrtt_ms=1\n', "at least one [[site]] table is required"),
     (GOOD.replace('nodes = 1\n[[site]]', 'nodes = 1\n[site.tcp]\ncongestion = "bic"\n[[site]]', 1), "site[0].tcp.congestion: must be one of cubic, reno, bbr"),
     (GOOD + '[gateways]\nlan_tuning = "yes"\n', "gateways.lan_tuning: must be true or false"),
+    (GOOD + '[gateways]\nlan_pacing = "yes"\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got \'yes\''),
+    (GOOD + '[gateways]\nlan_pacing = true\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got True'),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
     (GOOD + '[gateways]\noutage_limit_s = 0.5\n', "gateways.outage_limit_s: must be ≥ 1"),
     (GOOD + '[gateways]\nwan_streams = 0\n', "gateways.wan_streams: must be > 0, got 0; e.g. wan_streams = 4"),
@@ -114,6 +116,14 @@ def test_bad_topologies_name_file_field_and_fix(tmp_path, text, expect):
 def test_good_topology_parses(tmp_path):
     t = parse_topology(tomllib.loads(GOOD), "x.toml")
     assert t.rtt_ms("a", "b") == 10 and t.wan("a", "b").delay_ms_ab == 5
+
+
+def test_lan_pacing_defaults_to_the_one_constant_and_takes_each_value():
+    from gridsplit.topology import DEFAULT_LAN_PACING, LAN_PACING
+    assert parse_topology(tomllib.loads(GOOD), "x.toml").gateways.lan_pacing == DEFAULT_LAN_PACING == "off"
+    for v in LAN_PACING:
+        t = parse_topology(tomllib.loads(GOOD + f'[gateways]\nlan_pacing = "{v}"\n'), "x.toml")
+        assert t.gateways.lan_pacing == v and t.to_dict()["gateways"]["lan_pacing"] == v
 
 
 def test_cli_reports_bad_file_in_one_line(tmp_path):

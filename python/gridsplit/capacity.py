@@ -57,6 +57,24 @@ def lan_window_budget(topo: Topology, site: str) -> int:
     return max(int(lan_port_wire_bytes(topo, site) * 1448 / 1514) - 1514, 4096)
 
 
+def lan_pacing_rate_bps(topo: Topology, site: str) -> int:
+    """gridsplitd's `[lan] rate_bps` for a site's gateways: what a gateway writes toward
+    one LAN host is paced so that its sockets to that host together stay under the
+    host's port rate (docs/design/lan-legs.md); 0 = off.
+
+    `[gateways] lan_pacing` decides where: "on" at every site, "auto" only where the
+    gateway's NIC is faster than the nodes' (else the gateway cannot overrun a node's
+    switch port), "off" nowhere. The rate is the site's node NIC rate as the topology
+    holds it (divided by the lab's scale, as every rate here) in IP bytes, which is
+    what Linux paces, while the port (a NIC, or the lab's tbf) counts Ethernet frames:
+    1514 bytes on the wire carry 1500."""
+    s = topo.site(site)
+    node, mode = s.host_nic_mbps("node"), topo.gateways.lan_pacing
+    if mode == "off" or (mode == "auto" and s.host_nic_mbps("gateway") <= node):
+        return 0
+    return round(node * 1e6 * 1500 / 1514)
+
+
 def gateway_load_mbps(topo: Topology, site: str) -> float:
     """What a site's gateway NIC must carry, each way, to relay all of the site's
     cross-site traffic at the rate its nodes reach directly.

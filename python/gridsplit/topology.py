@@ -140,6 +140,14 @@ class WanLink:
         return self.b if site == self.a else self.a
 
 
+# `[gateways] lan_pacing`: whether a gateway paces what it writes toward each LAN
+# host at the nodes' NIC rate (gridsplitd [lan] rate_bps; capacity.lan_pacing_rate_bps):
+# "on" at every site, "auto" where the gateway's NIC is faster than its nodes', "off" never.
+LAN_PACING = ("auto", "on", "off")
+# The default of topology files and GatewaySettings, in one place.
+DEFAULT_LAN_PACING = "off"
+
+
 # gridsplitd's scheduling strategies; tests/test_safety.py checks this list
 # against `gridsplitd --list-strategies`, the one registry (config/mod.rs).
 STRATEGIES = ("fifo", "aggregate", "fair")
@@ -159,6 +167,9 @@ class GatewaySettings:
     # gateway clamps its LAN sockets' receive windows so that together they fit
     # its switch port (incast control).
     lan_tuning: bool = True
+    # Pacing of the gateway's LAN writes at the nodes' NIC rate: "auto", "on" or
+    # "off" (LAN_PACING; capacity.lan_pacing_rate_bps).
+    lan_pacing: str = DEFAULT_LAN_PACING
     # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
     # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).
     lan_rto_min_us: int = 0

@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import GridsplitError
-from .topology import (CONGESTION_CONTROLS, DEFAULT_TCP, MAX_GATEWAYS, NAME_RE, PRESETS, STRATEGIES, GatewaySettings,
-                       LabSettings, Site, TcpSettings, Topology, WanLink)
+from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_TCP, LAN_PACING, MAX_GATEWAYS, NAME_RE, PRESETS,
+                       STRATEGIES, GatewaySettings, LabSettings, Site, TcpSettings, Topology, WanLink)
 
 
 
@@ -101,7 +101,7 @@ WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_m
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_rto_min_us", "outage_limit_s", "wan_streams", "split", "encryption")
+                "lan_pacing", "lan_rto_min_us", "outage_limit_s", "wan_streams", "split", "encryption")
 DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -137,6 +137,15 @@ def _wan_streams(g: _Reader) -> int:
     if g.has("wan_streams") and isinstance(g.table.get("wan_streams"), str):
         g.fail("wan_streams", 'must be "auto" or a number of connections 1..16, e.g. wan_streams = 4')
     return g.integer("wan_streams", 0, lo=1, hi=16, example="wan_streams = 4") if g.has("wan_streams") else 0
+
+
+def _lan_pacing(g: _Reader) -> str:
+    """`[gateways] lan_pacing`: "auto", "on" or "off" (a string, not true or false)."""
+    v = g.table.get("lan_pacing", DEFAULT_LAN_PACING)
+    if v not in LAN_PACING:
+        allowed = ", ".join(f'"{x}"' for x in LAN_PACING[:-1]) + f' or "{LAN_PACING[-1]}"'
+        g.fail("lan_pacing", f'must be {allowed}, got {v!r}; e.g. lan_pacing = "auto"')
+    return v
 
 
 def _site_subnet(r: _Reader, wan_block: ipaddress.IPv4Network, sites: list[Site]) -> ipaddress.IPv4Network:
@@ -355,6 +364,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         per_flow_buffer=g.integer("per_flow_buffer", 4 * 1048576, lo=65536),
         total_buffer=g.integer("total_buffer", 256 * 1048576, lo=1048576),
         lan_tuning=g.boolean("lan_tuning", True),
+        lan_pacing=_lan_pacing(g),
         lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
         wan_streams=_wan_streams(g),

@@ -224,7 +224,8 @@ def run_one(grid, app: App, impl: str, mode: str, repeat: int, order: int,
     return {
         "kind": "app", "schema": SCHEMA, "app": app.name, "preset": app.preset, "impl": impl, "mode": mode,
         "variant": {"strategy": g.strategy, "congestion": g.congestion, "lan_tuning": g.lan_tuning,
-                    "wan_streams": g.wan_streams, "split": "policy"} if mode == "split" else None,
+                    "lan_pacing": g.lan_pacing, "wan_streams": g.wan_streams,
+                    "split": "policy"} if mode == "split" else None,
         "repeat": repeat, "order": order, "ranks": ranks,
         "placement": {"rule": rule, "hosts": [hosts[i % len(hosts)].name for i in range(ranks)],
                       "sites": {s: sum(1 for i in range(ranks) if hosts[i % len(hosts)].site == s) for s in sorted(sites)},
@@ -366,8 +367,8 @@ def _interrupt(signum, frame):
                    "p2p_obj, cco_obj, comm, msgzero; all: the whole suite, tens of minutes in the lab).")
 @click.option("--a", "side_a", default=None, metavar="KEY=VALUE,...",
               help="An A/B of two gateway builds or settings instead of one split mode (lab only): side A, with "
-                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, wan_streams, split, encryption, "
-                   "label); each round runs direct, then A and B in alternating order.")
+                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, lan_pacing, wan_streams, split, "
+                   "encryption, label); each round runs direct, then A and B in alternating order.")
 @click.option("--b", "side_b", default=None, metavar="KEY=VALUE,...", help="Side B of --a's A/B.")
 @click.option("--prepare", is_flag=True, help="Only check and build the presets (e.g. mpi4py per MPI), then exit.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -64,10 +64,11 @@ def hosts_topology(inv: Inventory) -> str:
     return inv.topology
 
 
-def check_fixed_variant(gw: GatewaySettings, strategies, ccs, lans, streams) -> None:
+def check_fixed_variant(gw: GatewaySettings, strategies, ccs, lans, streams, pacings) -> None:
     """Real gateways run their own config: the bench cannot compare gateway settings there."""
     for flag, given, own in (("--strategy", strategies, gw.strategy), ("--wan-cc", ccs, gw.congestion),
-                             ("--lan-tuning", lans, gw.lan_tuning), ("--wan-streams", streams, gw.wan_streams)):
+                             ("--lan-tuning", lans, gw.lan_tuning), ("--lan-pacing", pacings, gw.lan_pacing),
+                             ("--wan-streams", streams, gw.wan_streams)):
         if any(v is not None and v != own for v in given):
             raise GridsplitError(f"{flag}: with --hosts the gateways run the config written from the topology "
                                  f"({own!r} there); change it there and restart them to measure another setting")

@@ -53,6 +53,8 @@ class Point:
     streams: int | None = None
     # Which connections the ranks split: "policy" (the topology's split policy) or "all".
     split: str | None = None
+    # [gateways] lan_pacing: "auto", "on" or "off" (None: a direct run).
+    pacing: str | None = None
     # `bench ab`: the side's label and the gridsplitd it runs (None: this checkout's build).
     ab: str | None = None
     gridsplitd: str | None = None
@@ -65,13 +67,13 @@ class Point:
         if self.mode != "split":
             return None
         v = {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
-             "wan_streams": self.streams, "split": self.split}
+             "lan_pacing": self.pacing, "wan_streams": self.streams, "split": self.split}
         return {**v, "ab": self.ab, "gridsplitd": self.gridsplitd, "encryption": self.encryption} if self.ab else v
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan, self.streams, self.split, self.ab, self.encryption)
+                self.lan, self.streams, self.split, self.ab, self.encryption, self.pacing)
 
 
 # -- placement and physics -----------------------------------------------------
@@ -140,9 +142,11 @@ def effective_reps(requested: int, budget_s: float, bound: float, min_reps: int 
 
 def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: list[str], repeat: int,
          strategies: list[str | None], ccs: list[str | None], lans: tuple[bool | None, ...] = (None,),
-         streams: tuple[int | None, ...] = (None,), splits: tuple[str | None, ...] = (None,)) -> list[Point]:
+         streams: tuple[int | None, ...] = (None,), splits: tuple[str | None, ...] = (None,),
+         pacings: tuple[str | None, ...] = (None,)) -> list[Point]:
     """Every point in run order: direct and the first split variant side by side; other variants after."""
-    variants = [(s, c, i, k, x) for s in strategies for c in ccs for i in lans for k in streams for x in splits]
+    variants = [(s, c, i, k, x, q) for s in strategies for c in ccs for i in lans for k in streams for x in splits
+                for q in pacings]
     if OPS[op].pair:
         nodes = [1]
     pts = []
@@ -151,7 +155,7 @@ def plan(op: str, impls: list[str], nodes: list[int], sizes: list[int], modes: l
             for n in nodes:
                 for m in sizes:
                     for mode in modes:
-                        v = variants[0] if mode == "split" else (None, None, None, None, None)
+                        v = variants[0] if mode == "split" else (None,) * 6
                         pts.append(Point(op, impl, n, m, k, mode, *v))
         if "split" in modes:
             for v in variants[1:]:

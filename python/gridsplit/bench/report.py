@@ -224,7 +224,7 @@ def fig_strategies(summary: list[dict], outdir: Path) -> list[str]:
         ax.set_xticks([k + 0.4 - w / 2 for k in range(len(pts))], [f"{n}×{fmt_size(m)}" for n, m in pts],
                       rotation=60, fontsize=7)
         ax.set_ylabel("split / direct time")
-        ax.set_title(f"{op}, {impl}: gateway variants (strategy, WAN congestion control, LAN tuning)")
+        ax.set_title(f"{op}, {impl}: gateway variants (strategy, WAN congestion control, LAN tuning and pacing)")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         out.append(page.png(fig, outdir, f"strategies-{op}-{impl}.png"))

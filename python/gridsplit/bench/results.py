@@ -27,19 +27,29 @@ def frame_ceiling(mean_frame: float) -> float:
     return min(1.0, (mean_frame - HEADERS) / mean_frame / GOODPUT) if mean_frame > HEADERS else 0.0
 
 
+def lan_pacing_of(row: dict[str, Any]) -> str | None:
+    """A row's [gateways] lan_pacing ("auto", "on" or "off"); None for a direct run. Rows
+    written before the setting existed ran without LAN pacing: "off"."""
+    if row["mode"] == "direct":
+        return None
+    return (row.get("variant") or {}).get("lan_pacing") or "off"
+
+
 def variant_tag(row: dict[str, Any]) -> str:
     """"direct", or the split run's gateway variant as "strategy:congestion", with ":no-lan-tuning" when the
-    LAN legs ran untuned, ":K-streams" when the WAN links had a fixed stream count and ":split-all" when every
-    connection was split whatever the split policy (tables, plots, file names). A `bench ab` row is its side's
-    label ("A", "B", or the one given), whose settings the result file's meta row holds."""
+    LAN legs ran untuned, ":lan-pacing-on" (or "-auto") when lan_pacing was not off, ":K-streams" when the WAN
+    links had a fixed stream count and ":split-all" when every connection was split whatever the split policy
+    (tables, plots, file names). A `bench ab` row is its side's label ("A", "B", or the one given), whose
+    settings the result file's meta row holds."""
     if row["mode"] == "direct":
         return "direct"
     v = row.get("variant") or {}
     if v.get("ab"):
         return v["ab"]
     streams = f":{v['wan_streams']}-streams" if v.get("wan_streams") else ""
+    pacing = "" if lan_pacing_of(row) == "off" else f":lan-pacing-{lan_pacing_of(row)}"
     return (f"{v.get('strategy')}:{v.get('congestion')}{':no-lan-tuning' if v.get('lan_tuning') is False else ''}"
-            f"{streams}{':split-all' if v.get('split') == 'all' else ''}")
+            f"{pacing}{streams}{':split-all' if v.get('split') == 'all' else ''}")
 
 
 def median_of(vals) -> float | None:
@@ -53,7 +63,7 @@ def row_key(row: dict[str, Any]) -> tuple:
     # The point's own node count: `--nodes all` is one key whatever the grid's size (older rows: nodes).
     return (row["op"], row["impl"], row.get("nodes_requested", row["nodes"]), row["size_bytes"], row["repeat"], row["mode"],
             v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"), v.get("split"),
-            v.get("ab"), v.get("encryption"))
+            v.get("ab"), v.get("encryption"), lan_pacing_of(row))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

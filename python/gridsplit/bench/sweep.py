@@ -38,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .. import machine, sysdeps
 from ..errors import GridsplitError
 from ..inventory import Inventory
-from ..topology import STRATEGIES, Host
+from ..topology import LAN_PACING, STRATEGIES, Host
 from ..topology_file import load_topology
 from ..lab import queues
 from ..lab.mpi import IMPLS, TIMED_OUT
@@ -151,24 +151,26 @@ def sweep(op: str, topology: str, scale: float | None, nodes: list[int], sizes: 
           ccs: list[str | None], out: Path, check: bool, con: Console,
           lans: tuple[bool | None, ...] = (None,), rank_env: dict[str, str] | None = None,
           streams: tuple[int | None, ...] = (None,),
-          splits: tuple[str, ...] = ("policy",), inventory: Inventory | None = None) -> list[dict[str, Any]]:
+          splits: tuple[str, ...] = ("policy",), inventory: Inventory | None = None,
+          pacings: tuple[str | None, ...] = (None,)) -> list[dict[str, Any]]:
     if inventory is None:
         sysdeps.need_root(f"gridsplit bench {op}")
         gw = load_topology(topology, None, scale).gateways
     else:
         topology = hosts_topology(inventory)
         gw = load_topology(topology).gateways
-        check_fixed_variant(gw, strategies, ccs, lans, streams)
+        check_fixed_variant(gw, strategies, ccs, lans, streams, pacings)
         impls = check_impls(inventory, impls)
     strategies = [s or gw.strategy for s in strategies]
     ccs = [c or gw.congestion for c in ccs]
     lans = [gw.lan_tuning if i is None else i for i in lans]
+    pacings = tuple(q or gw.lan_pacing for q in pacings)
     streams = tuple(gw.wan_streams if k is None else k for k in streams)
     rank_env = rank_env or {}
-    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans, streams, splits)
+    pts = plan(op, impls, nodes, sizes, modes, repeat, strategies, ccs, lans, streams, splits, pacings)
     requested = {"nodes": nodes, "sizes": sizes, "reps": reps, "budget_s": budget, "modes": modes, "impls": impls,
                  "repeat": repeat, "strategies": strategies, "congestion": ccs, "lan_tuning": lans,
-                 "wan_streams": streams, "split": splits, "check": check}
+                 "lan_pacing": pacings, "wan_streams": streams, "split": splits, "check": check}
     return run_plan(op, topology, scale, pts, reps, budget, check, out, con, rank_env, requested,
                     inventory=inventory)
 
@@ -238,7 +240,8 @@ def _n(nodes: int) -> str:
 def _short(p: Point) -> str:
     if p.ab:
         return p.ab
-    return (p.strategy + ("" if p.lan in (None, True) else "-untuned") + (f"-{p.streams}s" if p.streams else "")
+    return (p.strategy + ("" if p.lan in (None, True) else "-untuned")
+            + ("" if p.pacing in (None, "off") else f"-paced-{p.pacing}") + (f"-{p.streams}s" if p.streams else "")
             + ("-all" if p.split == "all" else ""))
 
 
@@ -318,6 +321,10 @@ def make_command(op: str) -> click.Command:
                   help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port; "
                        "LAN timers too where the topology sets lan_rto_min_us) to compare in split mode: on, off "
                        "or on,off; default: the topology's (on).")
+    @click.option("--lan-pacing", "pacings", default=None, callback=O.csv(O.choice_list(LAN_PACING)),
+                  help="LAN pacing of the gateways (writes toward each LAN host paced at the nodes' NIC rate: on at "
+                       "every site, auto where the gateway's NIC is faster than the nodes', off) to compare in "
+                       "split mode, e.g. off,on; default: the topology's ([gateways] lan_pacing).")
     @click.option("--wan-streams", "streams", default=None, callback=O.csv(O.streams),
                   help="TCP connections per WAN link to compare in split mode: auto (the fewest that reach the "
                        "link's rate at its loss, Mathis) or 1..16, e.g. 1,auto; default: the topology's "
@@ -339,8 +346,8 @@ def make_command(op: str) -> click.Command:
     @O.report
     @O.hosts_file
     @click.pass_context
-    def cmd(ctx, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, streams,
-            splits, rank_env, check, out, make_report, hosts_file):
+    def cmd(ctx, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, pacings,
+            streams, splits, rank_env, check, out, make_report, hosts_file):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
         inventory = O.inventory_for(ctx, hosts_file)
         if inventory is None:
@@ -356,7 +363,7 @@ def make_command(op: str) -> click.Command:
         rows = sweep(op, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat,
                      strategies or [None], ccs or [None], out, check, con,
                      tuple(i == "on" for i in lans) if lans else (None,), rank_env,
-                     tuple(streams) if streams else (None,), tuple(splits), inventory)
+                     tuple(streams) if streams else (None,), tuple(splits), inventory, tuple(pacings or (None,)))
         summary = summarize(rows)
         render_summary(summary, con, f"{op}: split vs direct, medians over repeats ({out})")
         con.print(f"results: {out}")

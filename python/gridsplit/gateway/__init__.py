@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GridsplitError
-from ..capacity import lan_port_wire_bytes, lan_window_budget, wan_streams
+from ..capacity import lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget, wan_streams
 from ..model.splitadvise import split_policy
 from ..topology import Topology
 from .nodes import NodeSite, nodes_file
@@ -160,6 +160,7 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
     # Defaults for every link; each [[link]] then carries its own path's BDP.
     fastest = max((w.rate_mbps for w in peers), default=1000.0)
     several = len(s.gateway_addrs) > 1
+    lan_rate = lan_pacing_rate_bps(topo, site)
     lines = [
         f"# gridsplitd config for {f'gateway {index + 1} of {len(s.gateway_addrs)} of ' if several else ''}site {site}, "
         f"generated from topology {topo.name!r} ({topo.source}).",
@@ -188,9 +189,9 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         *([f"mss = {mss}"] if mss else []),
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_rto_min_us}",
-        # rate_bps (pacing LAN writes) stays off: measured slower on the paper
-        # grid, and no better with gateways faster than their nodes
-        # (docs/design/lan-legs.md, docs/design/wan-striping.md).
+        # rate_bps only where [gateways] lan_pacing asks for it (capacity.lan_pacing_rate_bps); unset: off.
+        *(["# Paces writes toward each LAN host under its port rate, shared by its busy sockets "
+           "(docs/design/lan-legs.md).", f"rate_bps = {lan_rate}"] if lan_rate else []),
         "",
         "[wan]",
         f'congestion = "{g.congestion}"',

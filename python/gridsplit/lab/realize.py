@@ -169,21 +169,26 @@ def _gateway_overrides(data: dict) -> dict:
     return {k: v for k, v in (data.get("gateway_overrides") or {}).items() if k in known}
 
 
+# The GatewaySettings fields a benchmark may override (restart_gateways).
+OVERRIDABLE = ("strategy", "congestion", "lan_tuning", "lan_pacing", "wan_streams", "encryption")
+
+
 def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides: str | bool | int) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
-    `overrides` are GatewaySettings fields (strategy, congestion, lan_tuning, wan_streams, encryption). Benchmarks
-    use this to compare strategies and WAN tuning on one unchanged lab, so the
-    network under test stays the same between variants. `gridsplitd` is the binary
+    `overrides` are GatewaySettings fields (OVERRIDABLE: strategy, congestion, lan_tuning,
+    lan_pacing, wan_streams, encryption). Benchmarks use this to compare strategies and
+    WAN and LAN tuning on one unchanged lab, so the network under test stays the same
+    between variants. `gridsplitd` is the binary
     to run (None: this checkout's build); the state records it.
     """
     labels = state.data.get("gateways") or []
     if not labels:
         raise GridsplitError("this lab has no gateways to restart (topology without gateway = true, or `lab up --no-gateways`)")
-    bad = {k for k in overrides if k not in ("strategy", "congestion", "lan_tuning", "wan_streams", "encryption")}
+    bad = {k for k in overrides if k not in OVERRIDABLE}
     if bad:
         raise GridsplitError(f"cannot override gateway setting(s) {', '.join(sorted(bad))}; "
-                             "only strategy, congestion, lan_tuning, wan_streams and encryption")
+                             f"only {', '.join(OVERRIDABLE[:-1])} and {OVERRIDABLE[-1]}")
     names = state.names
     with _lock(names):
         current = json.loads(names.state_file.read_text())  # as it is now: faults may have changed it
