@@ -97,6 +97,8 @@ pub fn status_json(shared: &Shared) -> serde_json::Value {
             "sockets_clamped": shared.lan_windows.sockets_clamped.load(Ordering::Relaxed),
             "sockets_sub_segment": shared.lan_windows.sockets_sub_segment.load(Ordering::Relaxed),
             "sockets_wide": shared.lan_windows.sockets_wide.load(Ordering::Relaxed),
+            "hosts_paced_shared": shared.lan_egress.hosts_shared.load(Ordering::Relaxed),
+            "smallest_pacing_rate_bps": shared.lan_egress.smallest_rate_bps.load(Ordering::Relaxed),
         },
         "host": crate::tune::host_tcp(),
         "counters": counters,

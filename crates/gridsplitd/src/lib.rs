@@ -59,6 +59,8 @@ pub struct Shared {
     pub recv_pool: Arc<Semaphore>,
     /// Receive-window clamps of LAN sockets (LAN incast control).
     pub lan_windows: Arc<collect::incast::LanWindows>,
+    /// Pacing of what the gateway writes toward each LAN host (LAN egress).
+    pub lan_egress: Arc<collect::egress::LanEgress>,
     /// The sessions with peer gateways, by the peer's gateway id.
     links: Mutex<HashMap<String, Arc<Link>>>,
     pub stopping: CancellationToken,
@@ -180,8 +182,8 @@ impl Gateway {
             cfg.lan.window_budget,
             ceiling,
             cfg.lan.sub_segment,
-            cfg.lan.rate_bps,
         );
+        let lan_egress = collect::egress::LanEgress::new(cfg.lan.rate_bps);
         if cfg.encryption == config::Encryption::Insecure {
             warn!("{}", config::INSECURE_WARNING);
         }
@@ -195,6 +197,7 @@ impl Gateway {
             send_pool: Arc::new(Semaphore::new(half)),
             recv_pool: Arc::new(Semaphore::new(half)),
             lan_windows,
+            lan_egress,
             links: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             on_open: |shared, link, flow, dst, src| {
@@ -204,6 +207,7 @@ impl Gateway {
         let mut tasks = JoinSet::new();
         tasks.spawn(collect::serve(shared.clone(), lan));
         tasks.spawn(shared.lan_windows.clone().maintain(shared.stopping.clone()));
+        tasks.spawn(shared.lan_egress.clone().maintain(shared.stopping.clone()));
         tasks.spawn(link::accept_loop(shared.clone(), wan));
         tasks.spawn(admin::serve(shared.clone(), admin));
         // Full mesh between the gateways of different sites without duplicate

@@ -41,13 +41,8 @@
 //!   windows grow to rmem_max and make every flow wide for good. (Without
 //!   sub-segment shares the clamps are lifted to `ceiling`.)
 //!
-//! The other direction has a milder form of the problem: what the gateway writes
-//! to a LAN host leaves its NIC in bursts that pile up in the host's switch port.
-//! With `rate_bps` (the hosts' port rate) each LAN socket is paced at that rate
-//! (SO_MAX_PACING_RATE, which Linux TCP honours without the fq qdisc). It is not
-//! divided among the sockets to one host: a gather's flows end at different
-//! times, and a static division leaves the last ones crawling at a fraction of
-//! the port (docs/design/lan-legs.md).
+//! The other direction, what the gateway writes toward a LAN host, is
+//! collect/egress.rs.
 //!
 //! The registry keeps weak references, so a socket that closes (and whose file
 //! descriptor number may be reused at once) is never touched again.
@@ -92,8 +87,6 @@ pub struct LanWindows {
     ceiling: usize,
     /// Whether shares may go below one segment for narrow flows.
     sub_segment: bool,
-    /// A LAN host's port rate (bits/s, as Linux paces: IP bytes); 0 = no pacing.
-    rate_bps: u64,
     sockets: Mutex<Registry>,
     /// The smallest share last applied (bytes), for /status.
     pub share: AtomicU64,
@@ -253,12 +246,11 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
 }
 
 impl LanWindows {
-    pub fn new(budget: usize, ceiling: usize, sub_segment: bool, rate_bps: u64) -> Arc<Self> {
+    pub fn new(budget: usize, ceiling: usize, sub_segment: bool) -> Arc<Self> {
         Arc::new(LanWindows {
             budget,
             ceiling: ceiling.max(budget),
             sub_segment,
-            rate_bps,
             sockets: Mutex::new(Registry::default()),
             share: AtomicU64::new(0),
             sockets_clamped: AtomicU64::new(0),
@@ -268,7 +260,7 @@ impl LanWindows {
     }
 
     pub fn enabled(&self) -> bool {
-        self.budget > 0 || self.rate_bps > 0
+        self.budget > 0
     }
 
     /// Adds a relayed LAN socket to the division (every share changes, so every
@@ -299,9 +291,6 @@ impl LanWindows {
                 applied: None,
             },
         );
-        if self.rate_bps > 0 {
-            self.pace(s);
-        }
         self.apply(&mut reg);
         Registration {
             windows: self.clone(),
@@ -317,18 +306,13 @@ impl LanWindows {
         if self.budget == 0 {
             return;
         }
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stopping.cancelled() => return,
-            }
+        super::every(TICK, stopping, || {
             let mut reg = self.sockets.lock().unwrap();
             if !reg.live.is_empty() {
                 self.apply(&mut reg);
             }
-        }
+        })
+        .await
     }
 
     /// Updates each socket's widest offer, divides the budget (`divide`) and
@@ -382,19 +366,6 @@ impl LanWindows {
         if applied > 0 {
             self.share.store(smallest as u64, Ordering::Relaxed);
         }
-    }
-}
-
-impl LanWindows {
-    /// Paces a socket at its host's port rate.
-    fn pace(&self, s: &TcpStream) {
-        // Best effort, as for the clamp: a closing socket may refuse.
-        let _ = crate::tune::setsockopt_raw(
-            s,
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            self.rate_bps / 8,
-        );
     }
 }
 

@@ -11,6 +11,7 @@
 //! arrives: it connects to the destination from its own LAN address, writes the
 //! GSo1 origin header, and relays.
 
+pub mod egress;
 pub mod incast;
 pub mod mss;
 pub mod route;
@@ -34,6 +35,25 @@ use crate::Shared;
 /// Extra time, beyond connect_timeout, we wait for OPEN_REPLY: one WAN round trip
 /// plus scheduling slack.
 const REPLY_SLACK: Duration = Duration::from_secs(2);
+
+/// Runs `f` every `period` until `stopping` is cancelled; a tick missed while
+/// the runtime was busy is skipped, not made up (the LAN controls re-read the
+/// sockets' state each time, so a late tick loses nothing).
+pub(crate) async fn every(
+    period: Duration,
+    stopping: tokio_util::sync::CancellationToken,
+    mut f: impl FnMut(),
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopping.cancelled() => return,
+        }
+        f();
+    }
+}
 
 /// Accepts node connections on the LAN listener.
 pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
@@ -190,6 +210,7 @@ async fn serve_node(shared: Arc<Shared>, mut stream: TcpStream, node: SocketAddr
     crate::tune::apply_lan(&stream, &shared.cfg.lan);
     let stream = Arc::new(stream);
     let _clamped = shared.lan_windows.register(&stream);
+    let _paced = shared.lan_egress.register(&stream);
     flow::relay(flow, link, stream, None).await;
 }
 
@@ -349,5 +370,6 @@ pub async fn serve_remote_open(
     crate::tune::apply_lan(&stream, &shared.cfg.lan);
     let stream = Arc::new(stream);
     let _clamped = shared.lan_windows.register(&stream);
+    let _paced = shared.lan_egress.register(&stream);
     flow::relay(flow, link, stream, rest).await;
 }

@@ -145,8 +145,8 @@ pub struct LanParams {
     /// TCP_DELACK_MAX_US on LAN sockets, so a delayed ACK never outlasts that
     /// minimum RTO (which would make the RTO fire for nothing); 0 = default.
     pub delack_max_us: u32,
-    /// The LAN hosts' port rate (bits/s of IP bytes): LAN sockets are paced at
-    /// it (collect/incast.rs); 0 = no pacing.
+    /// The LAN hosts' port rate (bits/s of IP bytes): the gateway's sockets
+    /// toward one host are paced to share it (collect/egress.rs); 0 = no pacing.
     pub rate_bps: u64,
 }
 

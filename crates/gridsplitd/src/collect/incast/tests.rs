@@ -18,7 +18,7 @@ async fn pair(l: &tokio::net::TcpListener) -> (Arc<TcpStream>, TcpStream) {
 #[tokio::test]
 async fn shares_follow_the_number_of_open_sockets() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(1_200_000, 4 << 20, false, 0);
+    let w = LanWindows::new(1_200_000, 4 << 20, false);
     let (a, _ca) = pair(&l).await;
     let ra = w.register(&a);
     // Shares are whole segments (loopback's MSS is large: 64 KB or so).
@@ -152,7 +152,7 @@ fn overcommitted_shares_keep_the_smallest_usable_windows() {
 async fn young_sockets_are_held_narrow() {
     use tokio::io::AsyncWriteExt;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(1_200_000, 4 << 20, true, 0);
+    let w = LanWindows::new(1_200_000, 4 << 20, true);
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(w.clone().maintain(stop.clone()));
     let (a, mut ca) = pair(&l).await;
@@ -190,7 +190,7 @@ async fn young_sockets_are_held_narrow() {
 #[tokio::test]
 async fn an_overcommitted_budget_lifts_the_clamps() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(8_000, 1 << 20, false, 0);
+    let w = LanWindows::new(8_000, 1 << 20, false);
     let mut keep = Vec::new();
     for _ in 0..4 {
         let (s, c) = pair(&l).await;
@@ -211,7 +211,7 @@ async fn an_overcommitted_budget_lifts_the_clamps() {
 async fn the_window_stays_clamped_under_load() {
     use tokio::io::AsyncWriteExt;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(300_000, 4 << 20, false, 0);
+    let w = LanWindows::new(300_000, 4 << 20, false);
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(w.clone().maintain(stop.clone()));
     let (s, mut c) = pair(&l).await;
@@ -251,31 +251,9 @@ async fn the_window_stays_clamped_under_load() {
 }
 
 #[tokio::test]
-async fn sockets_are_paced_at_the_port_rate() {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(0, 4 << 20, true, 300_000_000);
-    let pacing = |s: &TcpStream| {
-        crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap() as u32
-    };
-    let (a, _ca) = pair(&l).await;
-    let _ra = w.register(&a);
-    assert_eq!(pacing(&a), 300_000_000 / 8);
-    let (b, _cb) = pair(&l).await;
-    let (c, _cc) = pair(&l).await;
-    let rb = w.register(&b);
-    let _rc = w.register(&c);
-    for s in [&a, &b, &c] {
-        assert_eq!(pacing(s), 300_000_000 / 8);
-    }
-    drop(rb);
-    // Pacing alone leaves the windows to TCP.
-    assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 0);
-}
-
-#[tokio::test]
 async fn off_leaves_sockets_alone() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(0, 4 << 20, true, 0);
+    let w = LanWindows::new(0, 4 << 20, true);
     let (a, _ca) = pair(&l).await;
     let before = window_clamp(&a);
     let _r = w.register(&a);

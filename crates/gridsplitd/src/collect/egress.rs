@@ -1,0 +1,245 @@
+//! LAN egress: what the gateway writes toward one LAN host shares that host's port.
+//!
+//! A gateway whose NIC is faster than its nodes' (a 400 Mb/s gateway in front of
+//! 100 Mb/s nodes) relays many flows toward the same node at once in an
+//! all-to-all or a halo. Each of its LAN sockets to that node grows its own
+//! congestion window, and together they burst into the node's switch port at
+//! the gateway's rate, four times what the port drains; its small drop-tail
+//! buffer overflows. The losses land on LAN flows with short windows, whose
+//! tails only a timeout (200 ms at least) recovers. A direct connection from
+//! another site meets the same port, but its window is a WAN window and its
+//! losses are mostly fast-retransmitted.
+//!
+//! With `[lan] rate_bps` set to the nodes' port rate, the gateway paces its
+//! sockets toward each host so that together they stay under it: every TICK
+//! it counts the host's sockets with bytes unacknowledged or unsent (SIOCOUTQ)
+//! and gives each of them an equal share of the rate (SO_MAX_PACING_RATE,
+//! which Linux TCP honours without the fq qdisc); an idle socket gets the share
+//! it would have if it became active, so it cannot burst before the next tick.
+//! The division follows activity, not the sockets open: a static division by
+//! open sockets left a gather's last flows crawling at a fraction of the port
+//! (docs/design/lan-legs.md). A host with one socket gets the whole rate.
+//!
+//! The registry keeps weak references, as collect/incast.rs does, so a socket
+//! that closes is never touched again.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::net::TcpStream;
+
+/// How often the division follows the sockets' activity: at 100 Mb/s a new
+/// flow at its idle share sends a few kilobytes in this time.
+const TICK: std::time::Duration = std::time::Duration::from_millis(5);
+
+pub struct LanEgress {
+    /// A LAN host's port rate (bits/s, as Linux paces: IP bytes); 0 = off.
+    rate_bps: u64,
+    hosts: Mutex<Hosts>,
+    /// Hosts with two sockets or more at the last division, for /status.
+    pub hosts_shared: AtomicU64,
+    /// The smallest per-socket rate last applied (bits/s), for /status.
+    pub smallest_rate_bps: AtomicU64,
+}
+
+#[derive(Default)]
+struct Hosts {
+    next: u64,
+    by_ip: HashMap<IpAddr, Vec<Paced>>,
+}
+
+struct Paced {
+    id: u64,
+    socket: Weak<TcpStream>,
+    /// The rate last set on it (bytes/s), so unchanged shares cost no syscall.
+    applied: u64,
+}
+
+/// Removes its socket from the division when dropped.
+pub struct Registration {
+    egress: Arc<LanEgress>,
+    key: Option<(IpAddr, u64)>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some((ip, id)) = self.key {
+            let mut hosts = self.egress.hosts.lock().unwrap();
+            if let Some(v) = hosts.by_ip.get_mut(&ip) {
+                v.retain(|p| p.id != id);
+                if v.is_empty() {
+                    hosts.by_ip.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// Each socket's share (bits/s) of a host's `rate`, given which of its sockets
+/// are active: the active ones split it evenly; an idle one gets what it would
+/// if it became active.
+pub fn shares(rate: u64, active: &[bool]) -> Vec<u64> {
+    let busy = active.iter().filter(|&&a| a).count() as u64;
+    active
+        .iter()
+        .map(|&a| if a { rate / busy } else { rate / (busy + 1) })
+        .collect()
+}
+
+impl LanEgress {
+    pub fn new(rate_bps: u64) -> Arc<Self> {
+        Arc::new(LanEgress {
+            rate_bps,
+            hosts: Mutex::new(Hosts::default()),
+            hosts_shared: AtomicU64::new(0),
+            smallest_rate_bps: AtomicU64::new(0),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.rate_bps > 0
+    }
+
+    /// Adds a relayed LAN socket toward `peer`, paced at once at its share.
+    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>) -> Registration {
+        let peer = match s.peer_addr() {
+            Ok(a) if self.enabled() => a.ip(),
+            _ => {
+                return Registration {
+                    egress: self.clone(),
+                    key: None,
+                }
+            }
+        };
+        let mut hosts = self.hosts.lock().unwrap();
+        let id = hosts.next;
+        hosts.next += 1;
+        hosts.by_ip.entry(peer).or_default().push(Paced {
+            id,
+            socket: Arc::downgrade(s),
+            applied: 0,
+        });
+        self.divide(hosts.by_ip.get_mut(&peer).unwrap());
+        Registration {
+            egress: self.clone(),
+            key: Some((peer, id)),
+        }
+    }
+
+    /// Re-divides every TICK while the gateway runs.
+    pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
+        if !self.enabled() {
+            return;
+        }
+        super::every(TICK, stopping, || {
+            let mut hosts = self.hosts.lock().unwrap();
+            let (mut shared, mut smallest) = (0u64, u64::MAX);
+            for v in hosts.by_ip.values_mut() {
+                if let Some(r) = self.divide(v) {
+                    shared += u64::from(v.len() > 1);
+                    smallest = smallest.min(r);
+                }
+            }
+            self.hosts_shared.store(shared, Ordering::Relaxed);
+            if smallest != u64::MAX {
+                self.smallest_rate_bps.store(smallest, Ordering::Relaxed);
+            }
+        })
+        .await
+    }
+
+    /// Divides the rate among one host's sockets and applies the shares that
+    /// changed; returns the smallest share.
+    fn divide(&self, v: &mut Vec<Paced>) -> Option<u64> {
+        v.retain(|p| p.socket.strong_count() > 0);
+        let live: Vec<Arc<TcpStream>> = v.iter().filter_map(|p| p.socket.upgrade()).collect();
+        if live.len() != v.len() {
+            return None; // one closed between the two lines; next tick
+        }
+        // A lone socket needs no activity reading: it gets the whole rate.
+        let active: Vec<bool> = if live.len() == 1 {
+            vec![true]
+        } else {
+            live.iter().map(|s| outq(&**s).is_ok_and(|q| q > 0)).collect()
+        };
+        let rates = shares(self.rate_bps, &active);
+        for ((p, s), &r) in v.iter_mut().zip(&live).zip(&rates) {
+            let bytes = (r / 8).max(1);
+            // Best effort: a closing socket may refuse, and leaves on its own.
+            if p.applied != bytes
+                && crate::tune::setsockopt_raw(&**s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes)
+                    .is_ok()
+            {
+                p.applied = bytes;
+            }
+        }
+        rates.into_iter().min()
+    }
+}
+
+/// Bytes in a TCP socket's send queue, unacknowledged or unsent (SIOCOUTQ).
+fn outq(fd: &impl AsFd) -> std::io::Result<i32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer, which
+    // lives across the call.
+    let rc = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    if rc == 0 {
+        Ok(n)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn active_sockets_split_the_rate_and_idle_ones_hold_the_next_share() {
+        assert_eq!(shares(100, &[true]), vec![100]);
+        assert_eq!(shares(100, &[false]), vec![100]);
+        assert_eq!(shares(100, &[true, true, false, true]), vec![33, 33, 25, 33]);
+        assert_eq!(shares(100, &[false, false]), vec![100, 100]);
+    }
+
+    #[tokio::test]
+    async fn sockets_to_one_host_share_its_rate_while_they_have_data_queued() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let egress = LanEgress::new(80_000_000);
+        let mut keep = Vec::new();
+        let mut regs = Vec::new();
+        for _ in 0..2 {
+            let c = Arc::new(TcpStream::connect(addr).await.unwrap());
+            let (peer, _) = l.accept().await.unwrap();
+            regs.push(egress.register(&c));
+            keep.push((c, peer));
+        }
+        let pacing = |s: &TcpStream| {
+            crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap() as u32
+        };
+        // Both idle: either may take the whole rate (10 MB/s), as the first
+        // to become active would.
+        assert_eq!(pacing(&keep[0].0), 10_000_000);
+        // The first one's peer does not read: its bytes stay queued, so it is
+        // active and the idle one holds half.
+        let tick = || {
+            let mut hosts = egress.hosts.lock().unwrap();
+            egress.divide(hosts.by_ip.values_mut().next().unwrap());
+        };
+        keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        tick();
+        assert_eq!(pacing(&keep[0].0), 10_000_000);
+        assert_eq!(pacing(&keep[1].0), 5_000_000);
+        keep[1].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        tick();
+        assert_eq!(pacing(&keep[0].0), 5_000_000);
+        assert_eq!(pacing(&keep[1].0), 5_000_000);
+        // A closed socket leaves the division.
+        drop(regs.pop());
+        assert_eq!(egress.hosts.lock().unwrap().by_ip.values().next().unwrap().len(), 1);
+    }
+}
