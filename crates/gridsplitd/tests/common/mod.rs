@@ -72,8 +72,12 @@ impl Default for Opts {
     }
 }
 
+/// Test K's directory for configs and keys. Named by K alone, not by process:
+/// each test owns its K (its 127.K.x.y addresses too, so two runs of one test
+/// cannot overlap anyway), its files are rewritten on every run, and the
+/// directories stay as many as the tests instead of growing with every run.
 pub fn dir(k: u8) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gridsplitd-e2e-{}-{k}", std::process::id()));
+    let d = std::env::temp_dir().join(format!("gridsplitd-e2e-{k}"));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
