@@ -254,7 +254,7 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
 
 def test_gateway_config_paces_lan_writes_as_lan_pacing_says(tmp_path):
     """[gateways] lan_pacing: "on" writes [lan] rate_bps at every site, "auto" only where the gateway's
-    NIC is faster than the nodes', "off" (the default) nowhere. The rate is the nodes' NIC in IP bytes
+    NIC is faster than the nodes' (the default), "off" nowhere. The rate is the nodes' NIC in IP bytes
     (1500 of every 1514 on the wire), after the lab's scale; gridsplitd accepts the file."""
     from dataclasses import replace
     from gridsplit.capacity import lan_pacing_rate_bps
@@ -271,7 +271,8 @@ def test_gateway_config_paces_lan_writes_as_lan_pacing_says(tmp_path):
         topo = parse_topology(tomllib.loads(base + (f'[gateways]\nlan_pacing = "{pacing}"\n' if pacing else "")), "t")
         return tomllib.loads(gateway_toml(topo, site, str(psk)))["lan"].get("rate_bps")
 
-    assert [lan(None, "a"), lan(None, "b"), lan("off", "a"), lan("off", "b")] == [None] * 4
+    assert [lan("off", "a"), lan("off", "b")] == [None] * 2
+    assert (lan(None, "a"), lan(None, "b")) == (rate, None)  # the default is "auto"
     assert (lan("on", "a"), lan("on", "b")) == (rate, rate)
     assert (lan("auto", "a"), lan("auto", "b")) == (rate, None)  # only a's gateway outruns its nodes
     for scale, node_mbps in ((1, 1000), (10, 100)):  # `--scale` divides the nodes' NIC rate, and the pacing

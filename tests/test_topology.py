@@ -120,7 +120,7 @@ def test_good_topology_parses(tmp_path):
 
 def test_lan_pacing_defaults_to_the_one_constant_and_takes_each_value():
     from gridsplit.topology import DEFAULT_LAN_PACING, LAN_PACING
-    assert parse_topology(tomllib.loads(GOOD), "x.toml").gateways.lan_pacing == DEFAULT_LAN_PACING == "off"
+    assert parse_topology(tomllib.loads(GOOD), "x.toml").gateways.lan_pacing == DEFAULT_LAN_PACING == "auto"
     for v in LAN_PACING:
         t = parse_topology(tomllib.loads(GOOD + f'[gateways]\nlan_pacing = "{v}"\n'), "x.toml")
         assert t.gateways.lan_pacing == v and t.to_dict()["gateways"]["lan_pacing"] == v

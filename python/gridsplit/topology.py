@@ -145,7 +145,7 @@ class WanLink:
 # "on" at every site, "auto" where the gateway's NIC is faster than its nodes', "off" never.
 LAN_PACING = ("auto", "on", "off")
 # The default of topology files and GatewaySettings, in one place.
-DEFAULT_LAN_PACING = "off"
+DEFAULT_LAN_PACING = "auto"
 
 
 # gridsplitd's scheduling strategies; tests/test_safety.py checks this list
