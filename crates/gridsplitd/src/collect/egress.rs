@@ -163,15 +163,22 @@ impl LanEgress {
         let active: Vec<bool> = if live.len() == 1 {
             vec![true]
         } else {
-            live.iter().map(|s| outq(&**s).is_ok_and(|q| q > 0)).collect()
+            live.iter()
+                .map(|s| outq(&**s).is_ok_and(|q| q > 0))
+                .collect()
         };
         let rates = shares(self.rate_bps, &active);
         for ((p, s), &r) in v.iter_mut().zip(&live).zip(&rates) {
             let bytes = (r / 8).max(1);
             // Best effort: a closing socket may refuse, and leaves on its own.
             if p.applied != bytes
-                && crate::tune::setsockopt_raw(&**s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes)
-                    .is_ok()
+                && crate::tune::setsockopt_raw(
+                    &**s,
+                    libc::SOL_SOCKET,
+                    libc::SO_MAX_PACING_RATE,
+                    bytes,
+                )
+                .is_ok()
             {
                 p.applied = bytes;
             }
@@ -201,7 +208,10 @@ mod tests {
     fn active_sockets_split_the_rate_and_idle_ones_hold_the_next_share() {
         assert_eq!(shares(100, &[true]), vec![100]);
         assert_eq!(shares(100, &[false]), vec![100]);
-        assert_eq!(shares(100, &[true, true, false, true]), vec![33, 33, 25, 33]);
+        assert_eq!(
+            shares(100, &[true, true, false, true]),
+            vec![33, 33, 25, 33]
+        );
         assert_eq!(shares(100, &[false, false]), vec![100, 100]);
     }
 
@@ -219,7 +229,8 @@ mod tests {
             keep.push((c, peer));
         }
         let pacing = |s: &TcpStream| {
-            crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap() as u32
+            crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap()
+                as u32
         };
         // Both idle: either may take the whole rate (10 MB/s), as the first
         // to become active would.
@@ -240,6 +251,17 @@ mod tests {
         assert_eq!(pacing(&keep[1].0), 5_000_000);
         // A closed socket leaves the division.
         drop(regs.pop());
-        assert_eq!(egress.hosts.lock().unwrap().by_ip.values().next().unwrap().len(), 1);
+        assert_eq!(
+            egress
+                .hosts
+                .lock()
+                .unwrap()
+                .by_ip
+                .values()
+                .next()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }
