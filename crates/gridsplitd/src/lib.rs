@@ -178,11 +178,8 @@ impl Gateway {
 
         // Lifted clamps give what autotuning would have grown to.
         let ceiling = tune::autotune_max_rcvbuf().unwrap_or(cfg.limits.per_flow_buffer);
-        let lan_windows = collect::incast::LanWindows::new(
-            cfg.lan.window_budget,
-            ceiling,
-            cfg.lan.sub_segment,
-        );
+        let lan_windows =
+            collect::incast::LanWindows::new(cfg.lan.window_budget, ceiling, cfg.lan.sub_segment);
         let lan_egress = collect::egress::LanEgress::new(cfg.lan.rate_bps);
         if cfg.encryption == config::Encryption::Insecure {
             warn!("{}", config::INSECURE_WARNING);

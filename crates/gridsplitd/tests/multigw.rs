@@ -96,11 +96,21 @@ async fn flows_spread_over_both_gateways_and_fail_over_when_one_stops() {
         let links = st["links"].as_array().unwrap();
         let shown: Vec<_> = links
             .iter()
-            .map(|l| (l["peer"].clone(), l["site"].clone(), l["gateway_index"].clone()))
+            .map(|l| {
+                (
+                    l["peer"].clone(),
+                    l["site"].clone(),
+                    l["gateway_index"].clone(),
+                )
+            })
             .collect();
         assert_eq!(
             shown,
-            [("beta/0", "beta", 0), ("beta/1", "beta", 1)].map(|(p, s, i)| (p.into(), s.into(), i.into()))
+            [("beta/0", "beta", 0), ("beta/1", "beta", 1)].map(|(p, s, i)| (
+                p.into(),
+                s.into(),
+                i.into()
+            ))
         );
 
         // Node 10 of each site, through its site's first gateway, to ports of the

@@ -41,7 +41,11 @@ async fn take(s: &mut OwnedReadHalf, n: usize) -> Option<Vec<u8>> {
 /// Forwards alpha → beta message by message: HELLO and AUTH (8-byte header,
 /// u32 length), then the length-prefixed Noise messages, attacking one once
 /// armed.
-async fn forward_parsed(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, m: Arc<Mitm>) -> Option<()> {
+async fn forward_parsed(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    m: Arc<Mitm>,
+) -> Option<()> {
     for _ in 0..2 {
         let h = take(&mut from, 8).await?;
         let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
@@ -89,8 +93,11 @@ async fn mitm(k: u8, m: Arc<Mitm>) {
             let m = m.clone();
             tokio::spawn(async move {
                 let sock = tokio::net::TcpSocket::new_v4().unwrap();
-                sock.bind(std::net::SocketAddr::new(ip(k, 2, 253), 0)).unwrap();
-                let Ok(b) = sock.connect(addr(k, 2, 254, WAN_PORT)).await else { return };
+                sock.bind(std::net::SocketAddr::new(ip(k, 2, 253), 0))
+                    .unwrap();
+                let Ok(b) = sock.connect(addr(k, 2, 254, WAN_PORT)).await else {
+                    return;
+                };
                 let (ar, mut aw) = a.into_split();
                 let (mut br, bw) = b.into_split();
                 let back = tokio::spawn(async move {
@@ -116,7 +123,12 @@ async fn one_way(k: u8, from: u8, host: u8, len: usize, seed: u64) {
         assert_eq!(got.len(), len, "flow {seed}: length");
         assert_eq!(sha(&got), want, "flow {seed}: bytes");
     });
-    let (mut s, st) = gs_connect(ip(k, from, host), addr(k, from, 254, LAN_PORT), addr(k, to, host, 6000)).await;
+    let (mut s, st) = gs_connect(
+        ip(k, from, host),
+        addr(k, from, 254, LAN_PORT),
+        addr(k, to, host, 6000),
+    )
+    .await;
     assert_eq!(st, Status::Ok);
     // In pieces with pauses, so the flow is still running when the attack lands.
     for c in data.chunks(64 * 1024) {
@@ -150,7 +162,10 @@ async fn attacked(k: u8, attack: Attack) {
         let forged = b.shared.metrics.wan_forged_messages.load(Ordering::Relaxed);
         assert_eq!(forged, 1, "{attack:?}: beta closed the connection once");
         let resumed = a.shared.metrics.wan_reconnects.load(Ordering::Relaxed);
-        assert!(resumed >= 1, "{attack:?}: the session resumed on a new connection");
+        assert!(
+            resumed >= 1,
+            "{attack:?}: the session resumed on a new connection"
+        );
         a.stop().await;
         b.stop().await;
     })
@@ -193,7 +208,10 @@ async fn an_insecure_gateway_and_a_sealed_one_refuse_each_other() {
             assert!(g.shared.metrics.auth_failures.load(Ordering::Relaxed) >= 1);
         }
         let st = http_get(b.admin_addr, "/status").await;
-        assert!(st.contains("in clear"), "the insecure gateway warns in status: {st}");
+        assert!(
+            st.contains("in clear"),
+            "the insecure gateway warns in status: {st}"
+        );
         a.stop().await;
         b.stop().await;
     })
@@ -237,11 +255,22 @@ async fn a_reloaded_key_is_used_by_new_connections_and_spares_the_link_up() {
         // A new connection with the old key is refused; with the new one it passes.
         let dial = |key: &'static [u8]| async move {
             let mut c = connect_to_beta(k).await;
-            gridsplitd::auth::handshake(&mut c, key, "alpha", 65536, true, |s| s == "beta", Duration::from_secs(2))
-                .await
-                .map(|_| ())
+            gridsplitd::auth::handshake(
+                &mut c,
+                key,
+                "alpha",
+                65536,
+                true,
+                |s| s == "beta",
+                Duration::from_secs(2),
+            )
+            .await
+            .map(|_| ())
         };
-        assert!(matches!(dial(PSK).await, Err(gridsplitd::auth::AuthError::BadTag)));
+        assert!(matches!(
+            dial(PSK).await,
+            Err(gridsplitd::auth::AuthError::BadTag)
+        ));
         assert!(dial(new_key).await.is_ok());
         // A key file that is too short: refused in one line, the key in use stays.
         std::fs::write(dir(k).join("psk-beta"), b"short").unwrap();

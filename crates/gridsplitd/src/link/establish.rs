@@ -266,7 +266,16 @@ async fn authenticate(
     let own = shared.cfg.id.as_str();
     let sealed = shared.sealed();
     let max_frame = shared.cfg.limits.max_frame;
-    let peer = auth::handshake(conn, &psk, own, max_frame, sealed, allowed, HANDSHAKE_TIMEOUT).await?;
+    let peer = auth::handshake(
+        conn,
+        &psk,
+        own,
+        max_frame,
+        sealed,
+        allowed,
+        HANDSHAKE_TIMEOUT,
+    )
+    .await?;
     if sealed {
         auth::secure(conn, &peer, own, dialer, &psk, HANDSHAKE_TIMEOUT).await?;
     }

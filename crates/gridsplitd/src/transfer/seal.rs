@@ -67,7 +67,14 @@ pub fn noise_psk(psk: &[u8]) -> [u8; 32] {
 /// another connection's authentication.
 pub fn prologue(initiator: &str, responder: &str, init_nonce: &[u8], resp_nonce: &[u8]) -> Vec<u8> {
     let mut p = b"gridsplit-noise-v1".to_vec();
-    for part in [initiator.as_bytes(), &[0], responder.as_bytes(), &[0], init_nonce, resp_nonce] {
+    for part in [
+        initiator.as_bytes(),
+        &[0],
+        responder.as_bytes(),
+        &[0],
+        init_nonce,
+        resp_nonce,
+    ] {
         p.extend_from_slice(part);
     }
     p
@@ -428,7 +435,11 @@ async fn read_msg(stream: &TcpStream, rbuf: &mut BytesMut) -> io::Result<Bytes> 
         }
         rbuf.reserve(4096);
         match super::tcp::try_read_drain(stream, rbuf) {
-            Ok(0) => return Err(io::Error::other("connection closed during the Noise handshake")),
+            Ok(0) => {
+                return Err(io::Error::other(
+                    "connection closed during the Noise handshake",
+                ))
+            }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.readable().await?,
             Err(e) => return Err(e),

@@ -6,11 +6,21 @@ use super::*;
 const PSK: &[u8] = b"0123456789abcdef0123";
 
 /// Both ends' states after an in-memory handshake.
-fn pair(psk_a: &[u8], psk_b: &[u8], rekey: u64) -> Result<((SealTx, OpenRx), (SealTx, OpenRx)), snow::Error> {
+fn pair(
+    psk_a: &[u8],
+    psk_b: &[u8],
+    rekey: u64,
+) -> Result<((SealTx, OpenRx), (SealTx, OpenRx)), snow::Error> {
     let (ka, kb) = (noise_psk(psk_a), noise_psk(psk_b));
     let pro = prologue("a", "b", &[1; 32], &[2; 32]);
-    let mut i = snow::Builder::new(NOISE_PARAMS.parse()?).psk(0, &ka)?.prologue(&pro)?.build_initiator()?;
-    let mut r = snow::Builder::new(NOISE_PARAMS.parse()?).psk(0, &kb)?.prologue(&pro)?.build_responder()?;
+    let mut i = snow::Builder::new(NOISE_PARAMS.parse()?)
+        .psk(0, &ka)?
+        .prologue(&pro)?
+        .build_initiator()?;
+    let mut r = snow::Builder::new(NOISE_PARAMS.parse()?)
+        .psk(0, &kb)?
+        .prologue(&pro)?
+        .build_responder()?;
     let (mut m, mut p) = ([0u8; 256], [0u8; 256]);
     let n = i.write_message(&[], &mut m)?;
     r.read_message(&m[..n], &mut p)?;
@@ -69,7 +79,9 @@ fn no_plaintext_in_the_ciphertext() {
     let ((mut tx, _), _) = pair(PSK, PSK, REKEY_EVERY).unwrap();
     let pattern = b"GRIDSPLIT-PLAINTEXT-PATTERN-".repeat(100);
     let wire: Vec<u8> = seal_msgs(&mut tx, &pattern).concat();
-    assert!(!wire.windows(16).any(|w| pattern.windows(16).any(|p| p == w)));
+    assert!(!wire
+        .windows(16)
+        .any(|w| pattern.windows(16).any(|p| p == w)));
 }
 
 #[test]
@@ -102,7 +114,10 @@ fn a_replayed_or_reordered_message_is_refused() {
 #[test]
 fn a_short_length_is_refused() {
     let (_, (_, mut rx)) = pair(PSK, PSK, REKEY_EVERY).unwrap();
-    assert!(matches!(open(&mut rx, &[0, 3, 1, 2, 3]), Err(CryptoError::Short(3))));
+    assert!(matches!(
+        open(&mut rx, &[0, 3, 1, 2, 3]),
+        Err(CryptoError::Short(3))
+    ));
 }
 
 #[test]
@@ -124,7 +139,9 @@ async fn sockets() -> (TcpStream, TcpStream) {
 #[tokio::test]
 async fn partial_writes_keep_the_stream_exact() {
     let (a, b) = sockets().await;
-    socket2::SockRef::from(&a).set_send_buffer_size(8192).unwrap();
+    socket2::SockRef::from(&a)
+        .set_send_buffer_size(8192)
+        .unwrap();
     let pro = prologue("a", "b", &[1; 32], &[2; 32]);
     let (ra, rb) = (&mut BytesMut::new(), &mut BytesMut::new());
     let (hi, hr) = tokio::join!(

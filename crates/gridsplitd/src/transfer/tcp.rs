@@ -135,7 +135,13 @@ impl TcpConn {
     /// sending what follows the handshake), the largest frame accepted, and the
     /// tuning: for the striping driver, which takes over the connection.
     pub(super) fn into_parts(self) -> (TcpStream, BytesMut, usize, WanParams, Crypto) {
-        (self.stream, self.rbuf, self.recv_max, self.params, self.crypto)
+        (
+            self.stream,
+            self.rbuf,
+            self.recv_max,
+            self.params,
+            self.crypto,
+        )
     }
 }
 

@@ -102,8 +102,7 @@ fn parse_payload(kind: FrameType, mut p: Bytes) -> Result<Frame, WireError> {
             p.copy_to_slice(&mut nonce);
             let n = p.get_u8() as usize;
             exact(&p, n + 1)?;
-            let site =
-                std::str::from_utf8(&p[..n]).map_err(|_| bad("site name is not UTF-8"))?;
+            let site = std::str::from_utf8(&p[..n]).map_err(|_| bad("site name is not UTF-8"))?;
             let sealed = match p[n] {
                 0 => false,
                 1 => true,

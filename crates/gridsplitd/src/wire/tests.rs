@@ -176,14 +176,18 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
     let entry = (any::<u32>(), any::<bool>(), data.clone())
         .prop_map(|(flow, fin, data)| BatchEntry { flow, fin, data });
     prop_oneof![
-        (any::<u32>(), any::<[u8; 32]>(), "[a-z0-9_-]{1,40}", any::<bool>()).prop_map(
-            |(max_frame, nonce, site, sealed)| Frame::Hello {
+        (
+            any::<u32>(),
+            any::<[u8; 32]>(),
+            "[a-z0-9_-]{1,40}",
+            any::<bool>()
+        )
+            .prop_map(|(max_frame, nonce, site, sealed)| Frame::Hello {
                 max_frame,
                 nonce,
                 site,
                 sealed
-            }
-        ),
+            }),
         any::<[u8; 32]>().prop_map(|tag| Frame::Auth { tag }),
         (any::<u32>(), any::<u32>(), addr.clone(), addr).prop_map(|(flow, window, dst, src)| {
             Frame::Open {
