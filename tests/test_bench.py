@@ -63,7 +63,7 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         if r["mode"] == "split":
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
             assert all(g["softirq_s"] >= 0 and g["softirq_pct"] is not None for g in r["cpu"]["gateways"].values())
-            assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True, "lan_pacing": "off",
+            assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True, "lan_pacing": "auto",
                                     "wan_streams": 0, "split": "policy"}
     # 200 KB from two nodes moves 400 KB per gather across the WAN: in split mode that
     # is the gateways' data, so their CPU was used.
