@@ -36,6 +36,17 @@ static inline struct sockaddr_in sin4(const char *ip, unsigned short port)
     return a;
 }
 
+/* Wait up to 5 s for `events` on fd; 0 when ready, else -1 with ETIMEDOUT. */
+static inline int wait_fd(int fd, short events)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+    if (poll(&p, 1, 5000) == 0) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
+    return 0;
+}
+
 /* Read exactly n bytes, polling (5 s per wait) if the fd is non-blocking. */
 static inline int read_full(int fd, void *buf, size_t n)
 {
@@ -48,11 +59,8 @@ static inline int read_full(int fd, void *buf, size_t n)
             errno = ECONNRESET;
             return -1;
         } else if (errno == EAGAIN || errno == EINTR) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            if (poll(&p, 1, 5000) == 0) {
-                errno = ETIMEDOUT;
+            if (wait_fd(fd, POLLIN) < 0)
                 return -1;
-            }
         } else {
             return -1;
         }
@@ -69,11 +77,8 @@ static inline int write_full(int fd, const void *buf, size_t n)
         if (r > 0) {
             done += (size_t)r;
         } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            if (poll(&p, 1, 5000) == 0) {
-                errno = ETIMEDOUT;
+            if (wait_fd(fd, POLLOUT) < 0)
                 return -1;
-            }
         } else {
             return -1;
         }

@@ -253,20 +253,8 @@ async fn a_reloaded_key_is_used_by_new_connections_and_spares_the_link_up() {
         assert!(b.shared.link_to("alpha").is_some_and(|l| l.is_up()));
         one_way(k, 1, 10, 1 << 20, 4).await;
         // A new connection with the old key is refused; with the new one it passes.
-        let dial = |key: &'static [u8]| async move {
-            let mut c = connect_to_beta(k).await;
-            gridsplitd::auth::handshake(
-                &mut c,
-                key,
-                "alpha",
-                65536,
-                true,
-                |s| s == "beta",
-                Duration::from_secs(2),
-            )
-            .await
-            .map(|_| ())
-        };
+        let dial =
+            |key: &'static [u8]| async move { handshake_as_alpha(k, key).await.1.map(|_| ()) };
         assert!(matches!(
             dial(PSK).await,
             Err(gridsplitd::auth::AuthError::BadTag)

@@ -455,21 +455,34 @@ pub async fn connect_to_beta(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
     conn
 }
 
-/// A WAN connection to beta's gateway of test K, authenticated as alpha with
-/// the test key: for tests that play alpha's gateway by hand.
-pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
+/// Connects to beta's gateway of test K and runs the key check as alpha with
+/// `key`; the connection and beta's answer.
+pub async fn handshake_as_alpha(
+    k: u8,
+    key: &[u8],
+) -> (
+    gridsplitd::transfer::tcp::TcpConn,
+    Result<gridsplitd::auth::PeerInfo, gridsplitd::auth::AuthError>,
+) {
     let mut conn = connect_to_beta(k).await;
     let peer = gridsplitd::auth::handshake(
         &mut conn,
-        PSK,
+        key,
         "alpha",
         65536,
         true,
         |s| s == "beta",
         Duration::from_secs(2),
     )
-    .await
-    .unwrap();
+    .await;
+    (conn, peer)
+}
+
+/// A WAN connection to beta's gateway of test K, authenticated as alpha with
+/// the test key: for tests that play alpha's gateway by hand.
+pub async fn dial_as_alpha(k: u8) -> gridsplitd::transfer::tcp::TcpConn {
+    let (mut conn, peer) = handshake_as_alpha(k, PSK).await;
+    let peer = peer.unwrap();
     assert_eq!(peer.id, "beta");
     gridsplitd::auth::secure(&mut conn, &peer, "alpha", true, PSK, Duration::from_secs(2))
         .await
