@@ -48,7 +48,14 @@ pub struct LanEgress {
 #[derive(Default)]
 struct Hosts {
     next: u64,
-    by_ip: HashMap<IpAddr, Vec<Paced>>,
+    by_ip: HashMap<IpAddr, Host>,
+}
+
+#[derive(Default)]
+struct Host {
+    sockets: Vec<Paced>,
+    /// Its sockets with bytes queued at the last division.
+    busy: u64,
 }
 
 struct Paced {
@@ -68,9 +75,9 @@ impl Drop for Registration {
     fn drop(&mut self) {
         if let Some((ip, id)) = self.key {
             let mut hosts = self.egress.hosts.lock().unwrap();
-            if let Some(v) = hosts.by_ip.get_mut(&ip) {
-                v.retain(|p| p.id != id);
-                if v.is_empty() {
+            if let Some(h) = hosts.by_ip.get_mut(&ip) {
+                h.sockets.retain(|p| p.id != id);
+                if h.sockets.is_empty() {
                     hosts.by_ip.remove(&ip);
                 }
             }
@@ -103,7 +110,10 @@ impl LanEgress {
         self.rate_bps > 0
     }
 
-    /// Adds a relayed LAN socket toward `peer`, paced at once at its share.
+    /// Adds a relayed LAN socket toward `peer`, paced at once at an idle
+    /// socket's share; the next tick divides the host again (re-dividing here
+    /// would read every socket of the host for each new flow: quadratic in a
+    /// job's flows toward one host).
     pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>) -> Registration {
         let peer = match s.peer_addr() {
             Ok(a) if self.enabled() => a.ip(),
@@ -117,12 +127,17 @@ impl LanEgress {
         let mut hosts = self.hosts.lock().unwrap();
         let id = hosts.next;
         hosts.next += 1;
-        hosts.by_ip.entry(peer).or_default().push(Paced {
+        let host = hosts.by_ip.entry(peer).or_default();
+        let bytes = (self.rate_bps / (host.busy + 1) / 8).max(1);
+        // Best effort, as in `divide`.
+        let ok =
+            crate::tune::setsockopt_raw(&**s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes)
+                .is_ok();
+        host.sockets.push(Paced {
             id,
             socket: Arc::downgrade(s),
-            applied: 0,
+            applied: if ok { bytes } else { 0 },
         });
-        self.divide(hosts.by_ip.get_mut(&peer).unwrap());
         Registration {
             egress: self.clone(),
             key: Some((peer, id)),
@@ -137,9 +152,9 @@ impl LanEgress {
         super::every(TICK, stopping, || {
             let mut hosts = self.hosts.lock().unwrap();
             let (mut shared, mut smallest) = (0u64, u64::MAX);
-            for v in hosts.by_ip.values_mut() {
-                if let Some(r) = self.divide(v) {
-                    shared += u64::from(v.len() > 1);
+            for h in hosts.by_ip.values_mut() {
+                if let Some(r) = self.divide(h) {
+                    shared += u64::from(h.sockets.len() > 1);
                     smallest = smallest.min(r);
                 }
             }
@@ -153,7 +168,8 @@ impl LanEgress {
 
     /// Divides the rate among one host's sockets and applies the shares that
     /// changed; returns the smallest share.
-    fn divide(&self, v: &mut Vec<Paced>) -> Option<u64> {
+    fn divide(&self, h: &mut Host) -> Option<u64> {
+        let v = &mut h.sockets;
         v.retain(|p| p.socket.strong_count() > 0);
         let live: Vec<Arc<TcpStream>> = v.iter().filter_map(|p| p.socket.upgrade()).collect();
         if live.len() != v.len() {
@@ -167,6 +183,7 @@ impl LanEgress {
                 .map(|s| outq(&**s).is_ok_and(|q| q > 0))
                 .collect()
         };
+        h.busy = active.iter().filter(|&&a| a).count() as u64;
         let rates = shares(self.rate_bps, &active);
         for ((p, s), &r) in v.iter_mut().zip(&live).zip(&rates) {
             let bytes = (r / 8).max(1);
@@ -260,6 +277,7 @@ mod tests {
                 .values()
                 .next()
                 .unwrap()
+                .sockets
                 .len(),
             1
         );
