@@ -94,6 +94,7 @@ BAD = [
     (GOOD + '[gateways]\nlan_pacing = "yes"\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got \'yes\''),
     (GOOD + '[gateways]\nlan_pacing = true\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got True'),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
+    (GOOD + '[gateways]\nlan_delack_max_us = -1\n', "gateways.lan_delack_max_us: must be ≥ 0"),
     (GOOD + '[gateways]\noutage_limit_s = 0.5\n', "gateways.outage_limit_s: must be ≥ 1"),
     (GOOD + '[gateways]\nwan_streams = 0\n', "gateways.wan_streams: must be > 0, got 0; e.g. wan_streams = 4"),
     (GOOD + '[gateways]\nwan_streams = 17\n', "gateways.wan_streams: must be ≤ 16"),
@@ -124,6 +125,27 @@ def test_lan_pacing_defaults_to_the_one_constant_and_takes_each_value():
     for v in LAN_PACING:
         t = parse_topology(tomllib.loads(GOOD + f'[gateways]\nlan_pacing = "{v}"\n'), "x.toml")
         assert t.gateways.lan_pacing == v and t.to_dict()["gateways"]["lan_pacing"] == v
+
+
+def test_lan_delack_bound_follows_the_rto_unless_set_and_reaches_gateways_and_ranks(tmp_path):
+    """lan_delack_max_us: 0 follows lan_rto_min_us (which needs it), else it alone bounds the LAN
+    legs' delayed ACKs, in the gateway config ([lan] delack_max_us) and the ranks' environment."""
+    from gridsplit.gateway import gateway_toml
+    from gridsplit.launch import ranks_split_env
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+    for keys, rto, delack in (("", 0, 0), ("lan_rto_min_us = 8000\n", 8000, 8000),
+                              ("lan_delack_max_us = 1000\n", 0, 1000),
+                              ("lan_rto_min_us = 8000\nlan_delack_max_us = 1000\n", 8000, 1000)):
+        t = parse_topology(tomllib.loads("[defaults]\ngateway = true\n" + GOOD + "[gateways]\n" + keys), "x.toml")
+        g = t.gateways
+        assert (g.lan_rto_min_us, g.lan_delack_us) == (rto, delack)
+        lan = tomllib.loads(gateway_toml(t, "a", str(psk)))["lan"]
+        assert (lan["rto_min_us"], lan["delack_max_us"]) == (rto, delack)
+        env = ranks_split_env("lib.so", "nodes.conf", False, g.lan_rto_min_us, g.lan_delack_us)
+        assert env.get("GRIDSPLIT_LAN_RTO_MIN_US") == (str(rto) if rto else None)
+        assert env.get("GRIDSPLIT_LAN_DELACK_MAX_US") == (str(delack) if delack else None)
 
 
 def test_cli_reports_bad_file_in_one_line(tmp_path):

@@ -27,14 +27,18 @@ from .errors import GridsplitError
 from .gateway.nodes import check_nodes_file
 
 
-def ranks_split_env(lib: str, config: str, force_all: bool = False, lan_rto_min_us: int = 0) -> dict[str, str]:
+def ranks_split_env(lib: str, config: str, force_all: bool = False, lan_rto_min_us: int = 0,
+                    lan_delack_us: int = 0) -> dict[str, str]:
     """What a rank needs to send its cross-site connections through the gateways: the library,
-    the node file, and (force_all) every pair split whatever the node file's direct_to says."""
+    the node file, (force_all) every pair split whatever the node file's direct_to says, and
+    the LAN legs' timers (GatewaySettings.lan_rto_min_us and .lan_delack_us)."""
     env = {"LD_PRELOAD": lib, "GRIDSPLIT_CONFIG": config}
     if force_all:
         env["GRIDSPLIT_SPLIT"] = "all"  # the library ignores the config's direct_to (preload/README.md)
     if lan_rto_min_us:
-        env |= {"GRIDSPLIT_LAN_RTO_MIN_US": str(lan_rto_min_us), "GRIDSPLIT_LAN_DELACK_MAX_US": str(lan_rto_min_us)}
+        env["GRIDSPLIT_LAN_RTO_MIN_US"] = str(lan_rto_min_us)
+    if lan_delack_us:
+        env["GRIDSPLIT_LAN_DELACK_MAX_US"] = str(lan_delack_us)
     return env
 
 

@@ -173,6 +173,10 @@ class GatewaySettings:
     # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
     # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).
     lan_rto_min_us: int = 0
+    # Delayed-ACK bound of both ends of every LAN leg, µs; 0 = lan_rto_min_us
+    # (which needs it: a delayed ACK must not outlast that RTO). Alone, it keeps
+    # a LAN leg's ACKs inside the sender's tail-loss probe timeout.
+    lan_delack_max_us: int = 0
     # How long a WAN link may stay down before its flows are reset; within it
     # they are held and resumed (docs/design/wan-sessions.md).
     outage_limit_s: float = 120.0
@@ -186,6 +190,11 @@ class GatewaySettings:
     # Which site pairs' connections are split: "auto" (those where the split model
     # predicts a gain and no loss; model.splitadvise.split_policy, docs/model.md §5.6) or "all".
     split: str = "auto"
+
+    @property
+    def lan_delack_us(self) -> int:
+        """The LAN legs' delayed-ACK bound in effect (0: Linux's)."""
+        return self.lan_delack_max_us or self.lan_rto_min_us
 
 
 @dataclass(frozen=True)

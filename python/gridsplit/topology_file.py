@@ -101,7 +101,7 @@ WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_m
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_pacing", "lan_rto_min_us", "outage_limit_s", "wan_streams", "split", "encryption")
+                "lan_pacing", "lan_rto_min_us", "lan_delack_max_us", "outage_limit_s", "wan_streams", "split", "encryption")
 DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -366,6 +366,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         lan_tuning=g.boolean("lan_tuning", True),
         lan_pacing=_lan_pacing(g),
         lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
+        lan_delack_max_us=g.integer("lan_delack_max_us", 0, positive=False, lo=0, hi=200000),
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
         wan_streams=_wan_streams(g),
         split=_split(g, routed),

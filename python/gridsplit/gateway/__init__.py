@@ -188,7 +188,7 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         # unless asked for (docs/deployment.md, "LAN MSS").
         *([f"mss = {mss}"] if mss else []),
         f"rto_min_us = {g.lan_rto_min_us}",
-        f"delack_max_us = {g.lan_rto_min_us}",
+        f"delack_max_us = {g.lan_delack_us}",
         # rate_bps only where [gateways] lan_pacing asks for it (capacity.lan_pacing_rate_bps); unset: off.
         *(["# Paces writes toward each LAN host under its port rate, shared by its busy sockets "
            "(docs/design/lan-legs.md).", f"rate_bps = {lan_rate}"] if lan_rate else []),

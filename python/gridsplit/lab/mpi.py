@@ -65,7 +65,7 @@ def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
     # the node file: lab.gateways.start_gateways writes it
     return ranks_split_env(sysdeps.built("libgridsplit.so"), str(state.names.state_dir / "nodes.conf"), force_all,
-                           state.topo.gateways.lan_rto_min_us)
+                           state.topo.gateways.lan_rto_min_us, state.topo.gateways.lan_delack_us)
 
 
 def refuse_direct(state: LabState, hosts: list[Host], env: dict[str, str] | None) -> None:
