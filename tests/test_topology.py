@@ -95,6 +95,7 @@ BAD = [
     (GOOD + '[gateways]\nlan_pacing = true\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got True'),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
     (GOOD + '[gateways]\nlan_delack_max_us = -1\n', "gateways.lan_delack_max_us: must be ≥ 0"),
+    (GOOD + '[gateways]\nlan_delack_max_us = 1000\n', "gateways.lan_delack_max_us: must be 0 or at least 2000 (µs)"),
     (GOOD + '[gateways]\noutage_limit_s = 0.5\n', "gateways.outage_limit_s: must be ≥ 1"),
     (GOOD + '[gateways]\nwan_streams = 0\n', "gateways.wan_streams: must be > 0, got 0; e.g. wan_streams = 4"),
     (GOOD + '[gateways]\nwan_streams = 17\n', "gateways.wan_streams: must be ≤ 16"),
@@ -136,8 +137,8 @@ def test_lan_delack_bound_follows_the_rto_unless_set_and_reaches_gateways_and_ra
     psk.write_text("0" * 64 + "\n")
     psk.chmod(0o600)
     for keys, rto, delack in (("", 0, 0), ("lan_rto_min_us = 8000\n", 8000, 8000),
-                              ("lan_delack_max_us = 1000\n", 0, 1000),
-                              ("lan_rto_min_us = 8000\nlan_delack_max_us = 1000\n", 8000, 1000)):
+                              ("lan_delack_max_us = 8000\n", 0, 8000),
+                              ("lan_rto_min_us = 20000\nlan_delack_max_us = 8000\n", 20000, 8000)):
         t = parse_topology(tomllib.loads("[defaults]\ngateway = true\n" + GOOD + "[gateways]\n" + keys), "x.toml")
         g = t.gateways
         assert (g.lan_rto_min_us, g.lan_delack_us) == (rto, delack)

@@ -148,6 +148,17 @@ def _lan_pacing(g: _Reader) -> str:
     return v
 
 
+def _lan_timer(g: _Reader, key: str) -> int:
+    """`[gateways] lan_rto_min_us` / `lan_delack_max_us`: 0 (Linux's) or at least 2000 µs. Linux
+    refuses a timer under two jiffies (2 ms at HZ=1000, 8 ms at HZ=250) and keeps its default,
+    which gridsplitd and the node library can only log; under 2 ms no kernel takes it."""
+    v = g.integer(key, 0, positive=False, lo=0, hi=200000)
+    if 0 < v < 2000:
+        g.fail(key, f"must be 0 or at least 2000 (µs): Linux refuses timers under two jiffies "
+                    f"(2 ms at HZ=1000, 8 ms at HZ=250), got {v}")
+    return v
+
+
 def _site_subnet(r: _Reader, wan_block: ipaddress.IPv4Network, sites: list[Site]) -> ipaddress.IPv4Network:
     """`[[site]] subnet`: the site's own address plan (a real cluster's), instead of
     the next /24 of addressing.sites. Nodes are its hosts .1 to .250, the router
@@ -365,8 +376,8 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         total_buffer=g.integer("total_buffer", 256 * 1048576, lo=1048576),
         lan_tuning=g.boolean("lan_tuning", True),
         lan_pacing=_lan_pacing(g),
-        lan_rto_min_us=g.integer("lan_rto_min_us", 0, positive=False, lo=0, hi=200000),
-        lan_delack_max_us=g.integer("lan_delack_max_us", 0, positive=False, lo=0, hi=200000),
+        lan_rto_min_us=_lan_timer(g, "lan_rto_min_us"),
+        lan_delack_max_us=_lan_timer(g, "lan_delack_max_us"),
         outage_limit_s=g.number("outage_limit_s", 120.0, lo=1, hi=86400),
         wan_streams=_wan_streams(g),
         split=_split(g, routed),
