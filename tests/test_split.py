@@ -281,6 +281,11 @@ def test_gateway_config_paces_lan_writes_as_lan_pacing_says(tmp_path):
         assert lan_pacing_rate_bps(t, "bordeaux") == round(node_mbps * 1e6 * 1500 / 1514)
     text = gateway_toml(parse_topology(tomllib.loads(base + '[gateways]\nlan_pacing = "on"\n'), "t"), "a", str(psk))
     assert "docs/design/lan-legs.md" in text.split("rate_bps =")[0].splitlines()[-1]
+    # Below what a node's port absorbs (its 64 kB buffer and 100 µs at 100 Mb/s, in payload bytes, less
+    # one frame), the sockets toward it are not divided.
+    buffered = parse_topology(tomllib.loads(base.replace("nodes = 1\ngateway_nic", "nodes = 1\nswitch_buffer_bytes = 64000\ngateway_nic")
+                                            + '[gateways]\nlan_pacing = "on"\n'), "t")
+    assert tomllib.loads(gateway_toml(buffered, "a", str(psk)))["lan"]["burst_bytes"] == int(65250 * 1448 / 1514) - 1514
     chk = _check_config(tmp_path, text)
     assert chk.returncode == 0, chk.stderr
 

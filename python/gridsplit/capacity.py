@@ -38,11 +38,12 @@ def wan_streams(rate_mbps: float, rtt_ms: float, loss: float, mss: int = 1448) -
                f"{k} {reach} the link's {rate_mbps:g} Mb/s")
 
 
-def lan_port_wire_bytes(topo: Topology, site: str) -> float:
-    """Wire bytes in flight that the switch port toward a site's gateway holds
-    without loss: its drop-tail buffer plus the LAN's bandwidth-delay product."""
+def lan_port_wire_bytes(topo: Topology, site: str, role: str = "gateway") -> float:
+    """Wire bytes in flight that the switch port toward a site's host of `role`
+    ("gateway" or "node") holds without loss: its drop-tail buffer plus the LAN's
+    bandwidth-delay product at that host's NIC rate."""
     s = topo.site(site)
-    return s.switch_buffer_bytes + s.gateway_nic_mbps * 1e6 / 8 * LAN_RTT_S
+    return s.switch_buffer_bytes + s.host_nic_mbps(role) * 1e6 / 8 * LAN_RTT_S
 
 
 def lan_window_budget(topo: Topology, site: str) -> int:
@@ -73,6 +74,14 @@ def lan_pacing_rate_bps(topo: Topology, site: str) -> int:
     if mode == "off" or (mode == "auto" and s.host_nic_mbps("gateway") <= node):
         return 0
     return round(node * 1e6 * 1500 / 1514)
+
+
+def lan_pacing_burst_bytes(topo: Topology, site: str) -> int:
+    """gridsplitd's `[lan] burst_bytes`: the payload bytes a node's switch port absorbs
+    (its buffer plus the LAN's bandwidth-delay product, less one frame of slack, as
+    `lan_window_budget` counts them). While a gateway's sockets toward one node hold no
+    more than this queued in total, they are not divided (docs/design/lan-legs.md)."""
+    return max(int(lan_port_wire_bytes(topo, site, "node") * 1448 / 1514) - 1514, 0)
 
 
 def gateway_load_mbps(topo: Topology, site: str) -> float:

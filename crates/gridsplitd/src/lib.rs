@@ -180,7 +180,7 @@ impl Gateway {
         let ceiling = tune::autotune_max_rcvbuf().unwrap_or(cfg.limits.per_flow_buffer);
         let lan_windows =
             collect::incast::LanWindows::new(cfg.lan.window_budget, ceiling, cfg.lan.sub_segment);
-        let lan_egress = collect::egress::LanEgress::new(cfg.lan.rate_bps);
+        let lan_egress = collect::egress::LanEgress::new(cfg.lan.rate_bps, cfg.lan.burst_bytes);
         if cfg.encryption == config::Encryption::Insecure {
             warn!("{}", config::INSECURE_WARNING);
         }

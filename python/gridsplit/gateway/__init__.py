@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GridsplitError
-from ..capacity import lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget, wan_streams
+from ..capacity import lan_pacing_burst_bytes, lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget, wan_streams
 from ..model.splitadvise import split_policy
 from ..topology import Topology
 from .nodes import NodeSite, nodes_file
@@ -190,8 +190,9 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         f"rto_min_us = {g.lan_rto_min_us}",
         f"delack_max_us = {g.lan_delack_us}",
         # rate_bps only where [gateways] lan_pacing asks for it (capacity.lan_pacing_rate_bps); unset: off.
-        *(["# Paces writes toward each LAN host under its port rate, shared by its busy sockets "
-           "(docs/design/lan-legs.md).", f"rate_bps = {lan_rate}"] if lan_rate else []),
+        *(["# Paces writes toward each LAN host under its port rate, shared by its busy sockets once",
+           "# they hold more than the host's switch port absorbs (docs/design/lan-legs.md).",
+           f"rate_bps = {lan_rate}", f"burst_bytes = {lan_pacing_burst_bytes(topo, site)}"] if lan_rate else []),
         "",
         "[wan]",
         f'congestion = "{g.congestion}"',

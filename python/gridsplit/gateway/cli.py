@@ -130,8 +130,11 @@ def render_status(st: dict, name: str) -> None:
                   + ("" if lan.get("sub_segment", True) else "; sub-segment windows off")
                   + (f"; LAN senders offered an MSS of {lan['mss']} B" if lan.get("mss") else "")
                   + (f"; writes toward each LAN host paced to share {lan['rate_bps'] / 1e6:.1f} Mb/s"
-                     + (f" ({lan['hosts_paced_shared']} hosts shared by several sockets, smallest share "
-                        f"{lan.get('smallest_pacing_rate_bps', 0) / 1e6:.1f} Mb/s)" if lan.get("hosts_paced_shared") else "")
+                     + (f" beyond {lan['burst_bytes']} B queued" if lan.get("burst_bytes") else "")
+                     + (f" ({lan.get('pacing_overruns', 0)} host overruns so far"
+                        + (f"; now {lan['hosts_paced_shared']} hosts shared, smallest share "
+                           f"{lan.get('smallest_pacing_rate_bps', 0) / 1e6:.1f} Mb/s" if lan.get("hosts_paced_shared") else "")
+                        + ")")
                      if lan.get("rate_bps") else "")
                   + (f"; LAN minimum RTO {lan['rto_min_us']} µs" if lan.get("rto_min_us") else ""))
     host = st.get("host") or {}

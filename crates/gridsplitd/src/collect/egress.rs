@@ -20,6 +20,13 @@
 //! open sockets left a gather's last flows crawling at a fraction of the port
 //! (docs/design/lan-legs.md). A host with one socket gets the whole rate.
 //!
+//! Only an overrun is divided: while the host's sockets hold no more than
+//! `[lan] burst_bytes` queued in total (its port's buffer plus the LAN's
+//! bandwidth-delay product), the port absorbs whatever they send, and each may
+//! use the whole rate. A halo's few small messages thus go out at the port's
+//! rate instead of each at a share held until the next tick, which had cost a
+//! latency-bound application more than the drops it saved.
+//!
 //! The registry keeps weak references, as collect/incast.rs does, so a socket
 //! that closes is never touched again.
 
@@ -38,9 +45,14 @@ const TICK: std::time::Duration = std::time::Duration::from_millis(5);
 pub struct LanEgress {
     /// A LAN host's port rate (bits/s, as Linux paces: IP bytes); 0 = off.
     rate_bps: u64,
+    /// Bytes queued toward one host that its port absorbs (0 = always divide).
+    burst_bytes: u64,
     hosts: Mutex<Hosts>,
-    /// Hosts with two sockets or more at the last division, for /status.
+    /// Hosts whose sockets shared the rate at the last division (their
+    /// queued bytes exceeded `burst_bytes`), for /status.
     pub hosts_shared: AtomicU64,
+    /// Divisions that found a host's sockets sharing, since start, for /status.
+    pub overruns: AtomicU64,
     /// The smallest per-socket rate last applied (bits/s), for /status.
     pub smallest_rate_bps: AtomicU64,
 }
@@ -54,7 +66,8 @@ struct Hosts {
 #[derive(Default)]
 struct Host {
     sockets: Vec<Paced>,
-    /// Its sockets with bytes queued at the last division.
+    /// Its sockets sharing the rate at the last division: those with bytes
+    /// queued, when the host's queued bytes exceeded `burst_bytes`, else none.
     busy: u64,
 }
 
@@ -85,23 +98,38 @@ impl Drop for Registration {
     }
 }
 
-/// Each socket's share (bits/s) of a host's `rate`, given which of its sockets
-/// are active: the active ones split it evenly; an idle one gets what it would
-/// if it became active.
-pub fn shares(rate: u64, active: &[bool]) -> Vec<u64> {
-    let busy = active.iter().filter(|&&a| a).count() as u64;
-    active
+/// Each socket's share (bits/s) of a host's `rate`, given how many bytes each
+/// of its sockets holds queued: while they hold no more than `burst` in total
+/// (and `burst` > 0), every socket may use the whole rate; above it, the ones
+/// with bytes queued split it evenly, and an idle one gets what it would if it
+/// became active. Also returns how many share it (0 when none need to).
+pub fn shares(rate: u64, burst: u64, queued: &[u64]) -> (Vec<u64>, u64) {
+    let total: u64 = queued.iter().sum();
+    if burst > 0 && total <= burst {
+        return (vec![rate; queued.len()], 0);
+    }
+    let busy = queued.iter().filter(|&&q| q > 0).count() as u64;
+    let rates = queued
         .iter()
-        .map(|&a| if a { rate / busy } else { rate / (busy + 1) })
-        .collect()
+        .map(|&q| {
+            if q > 0 {
+                rate / busy
+            } else {
+                rate / (busy + 1)
+            }
+        })
+        .collect();
+    (rates, busy)
 }
 
 impl LanEgress {
-    pub fn new(rate_bps: u64) -> Arc<Self> {
+    pub fn new(rate_bps: u64, burst_bytes: u64) -> Arc<Self> {
         Arc::new(LanEgress {
             rate_bps,
+            burst_bytes,
             hosts: Mutex::new(Hosts::default()),
             hosts_shared: AtomicU64::new(0),
+            overruns: AtomicU64::new(0),
             smallest_rate_bps: AtomicU64::new(0),
         })
     }
@@ -154,11 +182,12 @@ impl LanEgress {
             let (mut shared, mut smallest) = (0u64, u64::MAX);
             for h in hosts.by_ip.values_mut() {
                 if let Some(r) = self.divide(h) {
-                    shared += u64::from(h.sockets.len() > 1);
+                    shared += u64::from(h.busy > 0 && h.sockets.len() > 1);
                     smallest = smallest.min(r);
                 }
             }
             self.hosts_shared.store(shared, Ordering::Relaxed);
+            self.overruns.fetch_add(shared, Ordering::Relaxed);
             if smallest != u64::MAX {
                 self.smallest_rate_bps.store(smallest, Ordering::Relaxed);
             }
@@ -176,15 +205,15 @@ impl LanEgress {
             return None; // one closed between the two lines; next tick
         }
         // A lone socket needs no activity reading: it gets the whole rate.
-        let active: Vec<bool> = if live.len() == 1 {
-            vec![true]
+        let queued: Vec<u64> = if live.len() == 1 {
+            vec![0]
         } else {
             live.iter()
-                .map(|s| outq(&**s).is_ok_and(|q| q > 0))
+                .map(|s| outq(&**s).map_or(0, |q| q.max(0) as u64))
                 .collect()
         };
-        h.busy = active.iter().filter(|&&a| a).count() as u64;
-        let rates = shares(self.rate_bps, &active);
+        let (rates, busy) = shares(self.rate_bps, self.burst_bytes, &queued);
+        h.busy = busy;
         for ((p, s), &r) in v.iter_mut().zip(&live).zip(&rates) {
             let bytes = (r / 8).max(1);
             // Best effort: a closing socket may refuse, and leaves on its own.
@@ -223,20 +252,25 @@ mod tests {
 
     #[test]
     fn active_sockets_split_the_rate_and_idle_ones_hold_the_next_share() {
-        assert_eq!(shares(100, &[true]), vec![100]);
-        assert_eq!(shares(100, &[false]), vec![100]);
-        assert_eq!(
-            shares(100, &[true, true, false, true]),
-            vec![33, 33, 25, 33]
-        );
-        assert_eq!(shares(100, &[false, false]), vec![100, 100]);
+        assert_eq!(shares(100, 0, &[5]), (vec![100], 1));
+        assert_eq!(shares(100, 0, &[0]), (vec![100], 0));
+        assert_eq!(shares(100, 0, &[1, 9, 0, 4]), (vec![33, 33, 25, 33], 3));
+        assert_eq!(shares(100, 0, &[0, 0]), (vec![100, 100], 0));
+    }
+
+    #[test]
+    fn what_the_port_absorbs_is_not_divided() {
+        // 3 + 4 + 0 bytes fit a burst of 7: each may use the whole rate.
+        assert_eq!(shares(100, 7, &[3, 4, 0]), (vec![100, 100, 100], 0));
+        // One byte more overruns it: the busy ones share.
+        assert_eq!(shares(100, 7, &[3, 5, 0]), (vec![50, 50, 33], 2));
     }
 
     #[tokio::test]
     async fn sockets_to_one_host_share_its_rate_while_they_have_data_queued() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let egress = LanEgress::new(80_000_000);
+        let egress = LanEgress::new(80_000_000, 0);
         let mut keep = Vec::new();
         let mut regs = Vec::new();
         for _ in 0..2 {

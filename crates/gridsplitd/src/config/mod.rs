@@ -148,6 +148,11 @@ pub struct LanParams {
     /// The LAN hosts' port rate (bits/s of IP bytes): the gateway's sockets
     /// toward one host are paced to share it (collect/egress.rs); 0 = no pacing.
     pub rate_bps: u64,
+    /// Bytes queued toward one LAN host, over all its sockets, that its switch
+    /// port absorbs: while they hold no more, each socket may use the whole
+    /// `rate_bps`; above it, the busy ones share it (collect/egress.rs);
+    /// 0 = always share.
+    pub burst_bytes: u64,
 }
 
 /// One `[[site]]` table: one gateway of a site. A site with several gateways

@@ -80,6 +80,8 @@ pub(super) struct RawLan {
     pub(super) delack_max_us: u64,
     #[serde(default)]
     pub(super) rate_bps: u64,
+    #[serde(default)]
+    pub(super) burst_bytes: u64,
 }
 
 impl Default for RawLan {
@@ -91,6 +93,7 @@ impl Default for RawLan {
             rto_min_us: 0,
             delack_max_us: 0,
             rate_bps: 0,
+            burst_bytes: 0,
         }
     }
 }

@@ -129,6 +129,10 @@ fn errors_are_one_line_and_name_the_field() {
         ),
         (sample("", "[lan]\nrto_min_us = 900000\n"), "lan.rto_min_us"),
         (sample("", "[lan]\nmss = 100\n"), "lan.mss"),
+        (
+            sample("", "[lan]\nburst_bytes = 2000000000\n"),
+            "lan.burst_bytes",
+        ),
         (sample("", "[lan]\nrto_min = 8\n"), "lan"),
     ];
     for (text, field) in cases {

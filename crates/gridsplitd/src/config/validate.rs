@@ -371,6 +371,13 @@ fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
             "use 0 (the interface's) or 536-65495 bytes",
         ));
     }
+    if l.burst_bytes > 1 << 30 {
+        return Err(err(
+            "burst_bytes",
+            l.burst_bytes,
+            "use 0 (always share the rate) or at most 1073741824 bytes: a LAN host's switch port buffer plus the LAN's bandwidth-delay product",
+        ));
+    }
     Ok(LanParams {
         window_budget: l.window_budget as usize,
         sub_segment: l.sub_segment,
@@ -378,5 +385,6 @@ fn validate_lan(l: &RawLan, file: &str) -> Result<LanParams, ConfigError> {
         rto_min_us: l.rto_min_us as u32,
         delack_max_us: l.delack_max_us as u32,
         rate_bps: l.rate_bps,
+        burst_bytes: l.burst_bytes,
     })
 }
