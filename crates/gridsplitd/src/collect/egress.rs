@@ -316,4 +316,31 @@ mod tests {
             1
         );
     }
+
+    #[tokio::test]
+    async fn sockets_keep_the_whole_rate_while_the_port_absorbs_what_they_hold() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let egress = LanEgress::new(80_000_000, 1 << 30);
+        let mut keep = Vec::new();
+        let mut regs = Vec::new();
+        for _ in 0..2 {
+            let c = Arc::new(TcpStream::connect(addr).await.unwrap());
+            let (peer, _) = l.accept().await.unwrap();
+            regs.push(egress.register(&c));
+            keep.push((c, peer));
+        }
+        keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        {
+            let mut hosts = egress.hosts.lock().unwrap();
+            egress.divide(hosts.by_ip.values_mut().next().unwrap());
+        }
+        // 256 KiB queued is under the 1 GiB burst: no division.
+        for (c, _) in &keep {
+            let r = crate::tune::getsockopt_int(&**c, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE)
+                .unwrap();
+            assert_eq!(r as u32, 10_000_000);
+        }
+        drop(regs);
+    }
 }
