@@ -1,7 +1,7 @@
 /*
  * connect.c - the connecting side of libgridsplit.so. connect() to another site is
- * turned into a connect to one of the own site's gateways (chosen by a hash of
- * the flow, gateways.c; the next one on failure, handshake.c) followed by the GSq1/GSa1
+ * turned into a connect to one of the own site's gateways (chosen by the node
+ * pair, gateways.c; the next one on failure, handshake.c) followed by the GSq1/GSa1
  * exchange of docs/protocol.md (handshake.c); a blocking connect() waits for the
  * reply, a non-blocking one returns EINPROGRESS and the exchange is finished by
  * later calls on the fd. getsockopt(SO_ERROR), which applications call after
@@ -103,7 +103,7 @@ static int reconnect_pending(int fd, struct gs_slot *s, const struct sockaddr *a
     return finish_blocking(fd, s, ms, set);
 }
 
-/* The flow's source for the gateway hash: the socket's bound address if it has
+/* The flow's source for the gateway spread: the socket's bound address if it has
  * one, else the node's address in its site (gs_config.own_addr). */
 static void flow_source(int fd, const struct gs_config *cfg, struct gs_addr *src)
 {
@@ -134,7 +134,7 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
     int saved = errno;
     struct gs_addr src;
     flow_source(fd, cfg, &src);
-    uint32_t hash = gs_flow_hash(&src, dst, dport);
+    uint32_t spread = gs_flow_spread(&src, dst);
     gs_lan_timers(fd);
     int nonblock = gs_fd_nonblocking(fd);
     int set = 0;
@@ -153,7 +153,7 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
     s->err_reported = 0;
     s->phase = GS_P_LAN;
     s->sock_family = addr->sa_family;
-    s->gw_n = (uint8_t)gs_gw_order(cfg, hash, s->gw_order);
+    s->gw_n = (uint8_t)gs_gw_order(cfg, spread, s->gw_order);
     /* getpeername() must show the address the application asked for. */
     s->peerlen = len > sizeof s->peer ? (socklen_t)sizeof s->peer : len;
     memcpy(&s->peer, addr, s->peerlen);
@@ -166,10 +166,10 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
             gs_addr_format(&src, 0, sbuf, sizeof sbuf);
             *strrchr(sbuf, ':') = 0; /* no port */
         }
-        unsigned pick = (unsigned)(hash % (uint32_t)cfg->ngw);
-        gs_log("fd %d: connect to %s (site \"%s\") redirected via gateway %s (flow hash %08x "
-               "from source %s picks gateway %u of %d%s)", fd, dbuf, cfg->site[site].name, gbuf,
-               (unsigned)hash, sbuf, pick + 1, cfg->ngw,
+        unsigned pick = (unsigned)(spread % (uint32_t)cfg->ngw);
+        gs_log("fd %d: connect to %s (site \"%s\") redirected via gateway %s (source %s, "
+               "spread %08x, picks gateway %u of %d%s)", fd, dbuf, cfg->site[site].name, gbuf,
+               sbuf, (unsigned)spread, pick + 1, cfg->ngw,
                s->gw_order[0] != pick ? ", which failed lately: tried last" : "");
     }
     /* Connects without blocking, whatever the socket's mode: the wait, if any, is

@@ -99,7 +99,8 @@ struct gs_config {
     int gw_ignored;
     /* The host's address in its own site: the interface address that matched the
      * own site's subnet when the site was picked (family 0 if none did), the
-     * source of the flow hash for sockets that are not bound (gateways.c). */
+     * flow's source in the gateway spread for sockets that are not bound
+     * (gateways.c). */
     struct gs_addr own_addr;
     struct gs_site site[GS_MAX_SITES];
 };
@@ -126,14 +127,15 @@ int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst)
 int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *a);
 
 /* gateways.c: which own-site gateway a flow takes, and the gateways that failed.
- * The flow hash: FNV-1a (32 bits) of src[16] | dst[16] | dport[2, big-endian]
- * (an IPv4 address in the first 4 bytes of its 16, the rest zero; src all zero
- * when unknown), then h ^= h >> 16; the gateway is h % ngw. */
-uint32_t gs_flow_hash(const struct gs_addr *src, const struct gs_addr *dst, uint16_t dport);
+ * The spread of a flow: A(src) + A(dst), wrapping in 32 bits, A(x) being the
+ * address's last 32 bits read big-endian (IPv4: the whole address, in the first
+ * 4 bytes of a[]; IPv6: a[12..15]; 0 when unknown); the gateway is the spread
+ * % ngw. Ports play no part: a node pair always takes one gateway. */
+uint32_t gs_flow_spread(const struct gs_addr *src, const struct gs_addr *dst);
 /* The order in which a connect tries the own gateways (indices 0..ngw-1 into
- * cfg->gw_line): from the hashed one on, wrapping, those not marked failed first,
- * then the failed ones in the same order. Returns ngw. */
-int gs_gw_order(const struct gs_config *cfg, uint32_t hash, uint8_t *order);
+ * cfg->gw_line): from gateway spread % ngw on, wrapping, those not marked failed
+ * first, then the failed ones in the same order. Returns ngw. */
+int gs_gw_order(const struct gs_config *cfg, uint32_t spread, uint8_t *order);
 /* Gateway i could not be reached or did not reply in time: new connects try it
  * last for GS_GW_RETRY_MS. Returns 1 when it was not marked before (worth a log
  * line). */

@@ -102,9 +102,9 @@ static void load_config_once(void)
             }
             /* The start of the line is the one-gateway format tests/test_split.py knows. */
             gs_log("own site \"%s\", gateway%s %s, %d site line(s) in the node file; own address "
-                   "%s (the flow hash's source for unbound sockets)%s", config.site[config.own].name,
-                   config.ngw > 1 ? "s" : "", gws, config.nsites, me,
-                   config.ngw > 1 ? "; flows spread over the gateways by that hash" : "");
+                   "%s (unbound sockets' source in the choice of gateway)%s",
+                   config.site[config.own].name, config.ngw > 1 ? "s" : "", gws, config.nsites, me,
+                   config.ngw > 1 ? "; flows spread over the gateways by node pair" : "");
         }
     }
     errno = saved;

@@ -143,7 +143,8 @@ static int ifa_site(const struct gs_config *cfg, const struct ifaddrs *i, struct
 }
 
 /* The first interface address inside a subnet of the own site (family 0 if none):
- * the node's address in its site, the source of the flow hash (gateways.c). */
+ * the node's address in its site, the flows' source when the gateway spread
+ * picks one of several gateways (gateways.c). */
 static void own_address(struct gs_config *cfg, struct ifaddrs *ifs)
 {
     memset(&cfg->own_addr, 0, sizeof cfg->own_addr);
@@ -177,7 +178,7 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
         }
         cfg->own = own;
         /* The interfaces are read only for the node's own address here: without
-         * one the flow hash has no source, which is still a stable hash. */
+         * one the gateway spread takes 0 for the source, which is still stable. */
         struct ifaddrs *ifs = NULL;
         if (getifaddrs(&ifs) < 0)
             ifs = NULL;

@@ -3,6 +3,7 @@ where flows spread over a site's gateways and new flows avoid one that is down."
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import time
@@ -168,9 +169,14 @@ def test_mpi_runs_over_two_gateways_per_site(glab, impl):
     before = opened()
     alltoall(impl)
     after = opened()
-    # Every cross-site rank pair's connection went through some gateway of its
-    # site (which one depends on the ranks' ports, new each run).
+    # Every cross-site rank pair's connection went through a gateway of its
+    # site, the one its node pair picks (docs/protocol.md §4.3). With two
+    # gateways at both sites both ends use the same index: east-1/west-1 and
+    # east-2/west-2 take the first gateways, east-1/west-2 and east-2/west-1
+    # the second ones, so each index carried some, whichever side connected.
     assert sum(after[k] - before[k] for k in after) >= 4, (before, after)
+    for n in (1, 2):
+        assert after[("east", n)] - before[("east", n)] + after[("west", n)] - before[("west", n)] > 0, (before, after)
 
 
 LISTEN = ("import socket,sys\n"
@@ -185,20 +191,35 @@ LISTEN = ("import socket,sys\n"
           "        b+=d\n"
           "    n+=len(b)==4000; c.close()\n"
           "print(n)\n")
+# Eight connections to ports FIRST..FIRST+7 of east-1 (format with first=...).
 CONNECT = ("import socket\n"
-           "for p in range(6100,6116):\n"
+           "for p in range({first},{first}+8):\n"
            "    s=socket.create_connection(('10.71.1.1',p),timeout=10); s.sendall(b'x'*4000); s.close()\n")
 
 
-def wan_frames_out(site: str, n: int) -> dict[str, int]:
-    return {l["peer"]: l.get("frames_out", 0) for l in status(site, n)["links"]}
+def spread_index(src: str, dst: str, n: int) -> int:
+    """The gateway index of a node pair (docs/protocol.md §4.3): the sum of the
+    two addresses' last 32 bits, wrapping, modulo the gateway count."""
+    return ((int(ipaddress.ip_address(src)) + int(ipaddress.ip_address(dst))) & 0xFFFFFFFF) % n
+
+
+def test_the_gateway_index_is_the_node_pair_sum():
+    # 10.71.1.10 + 10.71.2.20 = 0x148e031e (docs/protocol.md's example); ports play no part.
+    assert spread_index("10.71.1.10", "10.71.2.20", 2) == 0 and spread_index("10.71.1.10", "10.71.2.21", 2) == 1
+    assert spread_index("10.71.1.10", "10.71.2.20", 3) == 0 and spread_index("10.71.1.10", "10.71.2.21", 3) == 1
+    assert spread_index("255.255.255.255", "0.0.0.2", 5) == 1  # the sum wraps in 32 bits
+    # The lab below: a gather from west-1 and west-2 to east-1 takes each site's two gateways.
+    nodes = {h.name: str(h.ip) for h in topo().nodes()}
+    assert [spread_index(nodes[w], nodes["east-1"], 2) for w in ("west-1", "west-2")] == [0, 1]
 
 
 @pytest.mark.lab
 def test_flows_spread_over_the_gateways_of_both_sites(glab):
-    """16 connections from west-1 to 16 ports of east-1: the node library hashes
-    them over west's two gateways, and each gateway over east's two (the ports
-    are fixed, so the spread is too: the hash is deterministic)."""
+    """A gather: 8 connections from west-1 and 8 from west-2 to ports of east-1.
+    The node pair picks the gateway (docs/protocol.md §4.3): west-1's pair with
+    east-1 takes west's first gateway and east's first, west-2's the second of
+    each (two gateways at both sites: both ends of a pair use the same index).
+    The ports play no part."""
     lib = ROOT / "build" / "libgridsplit.so"
     conf = f"/run/gridsplit/lab/{glab['prefix']}/nodes.conf"
     # Both ends preloaded: the destination's library takes the gateway's origin header off.
@@ -206,20 +227,31 @@ def test_flows_spread_over_the_gateways_of_both_sites(glab):
                             f"GRIDSPLIT_CONFIG={conf}", "python3", "-c", LISTEN], stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout.readline().strip() == "ready"
-        before = {n: wan_frames_out("west", n) for n in (1, 2)}
         opened_before = opened()
-        subprocess.run(["ip", "netns", "exec", f"{glab['prefix']}-west-1", "env", f"LD_PRELOAD={lib}",
-                        f"GRIDSPLIT_CONFIG={conf}", "python3", "-c", CONNECT], check=True, timeout=60)
+        accepted_before = remote_opened()
+        for node, first in (("west-1", 6100), ("west-2", 6108)):
+            subprocess.run(["ip", "netns", "exec", f"{glab['prefix']}-{node}", "env", f"LD_PRELOAD={lib}",
+                            f"GRIDSPLIT_CONFIG={conf}", "python3", "-c", CONNECT.format(first=first)],
+                           check=True, timeout=60)
         assert srv.stdout.readline().strip() == "16"  # every connection's bytes arrived
     finally:
         srv.kill()
         srv.wait()
+    nodes = {h.name: str(h.ip) for h in topo().nodes()}
+    want = {1: 0, 2: 0}
+    for node in ("west-1", "west-2"):
+        want[spread_index(nodes[node], nodes["east-1"], 2) + 1] += 8
+    assert want == {1: 8, 2: 8}
+    # Opened by west's gateways (its nodes' side), accepted by east's (the far side).
     new = {k: v - opened_before[k] for k, v in opened().items()}
-    assert new[("west", 1)] > 0 and new[("west", 2)] > 0 and new[("west", 1)] + new[("west", 2)] == 16, new
-    # Each west gateway sent to both east gateways, over its two WAN links.
-    for n in (1, 2):
-        after = wan_frames_out("west", n)
-        assert len(after) == 2 and all(after[p] > before[n].get(p, 0) for p in after), (n, before[n], after)
+    assert {n: new[("west", n)] for n in (1, 2)} == want, new
+    accepted = {n: v - accepted_before[n] for n, v in remote_opened().items()}
+    assert accepted == want, accepted
+
+
+def remote_opened(site: str = "east") -> dict[int, int]:
+    """Flows each gateway of `site` opened for the far side (remote_opens "ok")."""
+    return {n: status(site, n)["remote_opens"]["ok"] for n in (1, 2)}
 
 
 def opened_or_none() -> dict[tuple[str, int], int | None]:

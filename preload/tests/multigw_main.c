@@ -179,9 +179,9 @@ int main(int argc, char **argv)
         int which; /* 0 two, 1 refused, 2 hung, 3 none, 4 slow */
         const char *env;
     } tests[] = {
-        {"spread", "two gateways: flows spread by the documented hash, the same flow the same gateway", 0,
+        {"spread", "two gateways: flows spread by node pair as documented, the same flow the same gateway", 0,
          "GRIDSPLIT_DEBUG=1"},
-        {"autosrc", "unbound sockets hash from the interface address of the own site", 0, NULL},
+        {"autosrc", "unbound sockets spread from the interface address of the own site", 0, NULL},
         {"refused-block", "first gateway refused: blocking connect through the second, then skips it", 1,
          "GRIDSPLIT_DEBUG=1"},
         {"refused-soerror", "first gateway refused: non-blocking connect, POLLOUT, SO_ERROR 0", 1, NULL},
@@ -224,7 +224,7 @@ int main(int argc, char **argv)
         }
         if (strcmp(tests[i].scenario, "refused-block") == 0) {
             /* The refused gateway is named once as failed, and the next flow that
-             * hashes to it starts with the other one. */
+             * that would take it starts with the other one. */
             snprintf(want, sizeof want, "gateway %s of site \"a\" failed (connect to gateway: "
                      "Connection refused); trying gateway %s", closed1, gw2);
             int lines = 0;

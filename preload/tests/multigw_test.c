@@ -1,6 +1,6 @@
 /*
  * multigw_test.c - tests of a site with several gateways (issue 21): flows spread
- * over the own site's gateways by the documented hash, and a connect fails over
+ * over the own site's gateways by the documented node-pair rule, and a connect fails over
  * to the next gateway when one is down or hung. Run by run_tests.sh on loopback.
  *
  * The binary (this file and multigw_main.c) plays two roles:
@@ -19,7 +19,7 @@
  * ports nothing listens on (connect refused).
  *
  * The gateway a flow must take is computed here independently of the library,
- * from the hash as docs/protocol.md §5 documents it.
+ * from the rule as docs/protocol.md §5 documents it.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -42,24 +42,22 @@
 
 static int failures; /* counted by CHECK (testio.h) */
 
-/* ------------------------------------------------- the documented flow hash */
+/* ------------------------------------------ the documented gateway spread */
 
-/* FNV-1a (32 bits) of src[16] | dst[16] | dport[2, big-endian], IPv4 addresses in
- * the first 4 bytes of their 16 (src all zero when unknown), then h ^= h >> 16;
- * the gateway is h % n (docs/protocol.md §5). */
-static int expected_gw(const char *src, const char *dst, unsigned short port, int n)
+/* The gateway is (A(src) + A(dst)) % n, A(x) being the IPv4 address read as a
+ * big-endian 32-bit unsigned integer (0 when src is unknown), the sum wrapping in
+ * 32 bits; the port plays no part (docs/protocol.md §5). */
+static uint32_t a32(const char *ip)
 {
-    uint8_t key[34] = {0};
-    if (src && *src)
-        inet_pton(AF_INET, src, key);
-    inet_pton(AF_INET, dst, key + 16);
-    key[32] = (uint8_t)(port >> 8);
-    key[33] = (uint8_t)port;
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < sizeof key; i++)
-        h = (h ^ key[i]) * 16777619u;
-    h ^= h >> 16;
-    return (int)(h % (uint32_t)n);
+    struct in_addr a = {0};
+    if (ip && *ip)
+        inet_pton(AF_INET, ip, &a);
+    return ntohl(a.s_addr);
+}
+
+static int expected_gw(const char *src, const char *dst, int n)
+{
+    return (int)((uint32_t)(a32(src) + a32(dst)) % (uint32_t)n);
 }
 
 /* ------------------------------------------------------------ client side */
@@ -121,20 +119,21 @@ static int connect_blocking(const char *src, const char *dst, double *ms)
     return fd;
 }
 
-/* The first 127.0.2.x destination (from x = first on) whose flow from src hashes
+/* The first 127.0.2.x destination (from x = first on) whose flow from src goes
  * to gateway line k. */
 static void dst_for(const char *src, int k, int first, char *dst, size_t len)
 {
     for (int x = first; x < 250; x++) {
         snprintf(dst, len, "127.0.2.%d", x);
-        if (expected_gw(src, dst, dst_port, ngw) == k)
+        if (expected_gw(src, dst, ngw) == k)
             return;
     }
 }
 
 #define SRC "127.0.1.10"
 
-/* Flows spread over both gateways as the hash says, and stay there. */
+/* Flows spread over both gateways as the rule says, and stay there: to
+ * consecutive destinations they alternate, so each gateway takes exactly half. */
 static void scenario_spread(void)
 {
     enum { N = 24 };
@@ -148,8 +147,8 @@ static void scenario_spread(void)
             if (fd < 0)
                 continue;
             int g = carried_by(fd);
-            int want = expected_gw(SRC, dst, dst_port, ngw);
-            CHECK(g == want, "round %d: flow %s -> %s:%u took gateway line %d, the hash says %d",
+            int want = expected_gw(SRC, dst, ngw);
+            CHECK(g == want, "round %d: flow %s -> %s:%u took gateway line %d, the rule says %d",
                   round, SRC, dst, dst_port, g, want);
             if (round == 0) {
                 first[i] = g;
@@ -162,10 +161,10 @@ static void scenario_spread(void)
             close(fd);
         }
     }
-    CHECK(used[0] > 0 && used[1] > 0, "%d flows: %d on gateway 1, %d on gateway 2", N, used[0],
-          used[1]);
+    CHECK(used[0] == N / 2 && used[1] == N / 2, "%d flows: %d on gateway 1, %d on gateway 2", N,
+          used[0], used[1]);
 
-    /* A gather: many nodes (sources) to one root. */
+    /* A gather: many nodes (sources) to one root, again half and half. */
     int gused[2] = {0, 0};
     for (int i = 0; i < N; i++) {
         char src[32];
@@ -175,17 +174,17 @@ static void scenario_spread(void)
         if (fd < 0)
             continue;
         int g = carried_by(fd);
-        int want = expected_gw(src, "127.0.2.5", dst_port, ngw);
-        CHECK(g == want, "gather from %s took gateway line %d, the hash says %d", src, g, want);
+        int want = expected_gw(src, "127.0.2.5", ngw);
+        CHECK(g == want, "gather from %s took gateway line %d, the rule says %d", src, g, want);
         if (g >= 0 && g < 2)
             gused[g]++;
         close(fd);
     }
-    CHECK(gused[0] > 0 && gused[1] > 0, "gather of %d: %d on gateway 1, %d on gateway 2", N,
-          gused[0], gused[1]);
+    CHECK(gused[0] == N / 2 && gused[1] == N / 2, "gather of %d: %d on gateway 1, %d on gateway 2",
+          N, gused[0], gused[1]);
 }
 
-/* Unbound sockets: the hash's source is the interface address that matched the
+/* Unbound sockets: the flow's source is the interface address that matched the
  * own site (127.0.0.1, site "a" being 127.0.0.0/8 here). */
 static void scenario_autosrc(void)
 {
@@ -197,14 +196,14 @@ static void scenario_autosrc(void)
         CHECK(fd >= 0, "connect to %s: %s", dst, strerror(errno));
         if (fd < 0)
             continue;
-        int g = carried_by(fd), want = expected_gw("127.0.0.1", dst, dst_port, ngw);
-        CHECK(g == want, "unbound flow to %s took gateway line %d, hash from 127.0.0.1 says %d",
+        int g = carried_by(fd), want = expected_gw("127.0.0.1", dst, ngw);
+        CHECK(g == want, "unbound flow to %s took gateway line %d, the rule from 127.0.0.1 says %d",
               dst, g, want);
         if (g >= 0 && g < 2)
             used[g]++;
         close(fd);
     }
-    CHECK(used[0] > 0 && used[1] > 0, "16 flows: %d and %d", used[0], used[1]);
+    CHECK(used[0] == 8 && used[1] == 8, "16 flows: %d and %d", used[0], used[1]);
 }
 
 /* Gateway line 0 is down or hung, line 1 relays. mode: "block", "soerror",

@@ -1,7 +1,7 @@
 //! Sites with several gateways (docs/protocol.md §5): every gateway links to
 //! every gateway of the other site, a new flow takes the destination site's
-//! gateway its hash names while that one's link is up, and the next one up
-//! otherwise. Real gateways in one process on loopback, as in e2e.rs.
+//! gateway its node pair names (collect/route.rs) while that one's link is up,
+//! and the next one up otherwise. Real gateways in one process on loopback, as in e2e.rs.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use gridsplitd::collect::route::hashed_index;
+use gridsplitd::collect::route::spread_index;
 use gridsplitd::lanproto::Status;
 use gridsplitd::Gateway;
 use tokio::net::TcpListener;
@@ -24,12 +24,15 @@ fn two_each() -> Opts {
     }
 }
 
-/// A destination port on host 20 of `to_site` that flows from `node` hash to
-/// gateway `index` of (of two), searching from `from_port` on.
-fn port_to(k: u8, node: IpAddr, to_site: u8, index: usize, from_port: u16) -> u16 {
-    (from_port..from_port + 1000)
-        .find(|&p| hashed_index(node, addr(k, to_site, 20, p), 2) == index)
-        .expect("a port for each gateway")
+/// The port of the test servers.
+const PORT: u16 = 6000;
+
+/// A destination host of `to_site`, from host 20 on, that flows from `node` go
+/// to gateway `index` of (of two) from: the node pair decides, not the port.
+fn host_to(k: u8, node: IpAddr, to_site: u8, index: usize) -> u8 {
+    (20..40)
+        .find(|&h| spread_index(node, addr(k, to_site, h, PORT), 2) == index)
+        .expect("a host for each gateway")
 }
 
 /// Bytes the link from `g` to the gateway `peer` has sent and received.
@@ -113,11 +116,14 @@ async fn flows_spread_over_both_gateways_and_fail_over_when_one_stops() {
             ))
         );
 
-        // Node 10 of each site, through its site's first gateway, to ports of the
-        // other site that hash to its gateway 0 and to its gateway 1.
+        // Node 10 of each site, through its site's first gateway, to hosts of
+        // the other site whose pair with it goes to its gateway 0 and to its
+        // gateway 1.
         let (na, nb) = (ip(k, 1, 10), ip(k, 2, 10));
-        let to_b = [port_to(k, na, 2, 0, 6000), port_to(k, na, 2, 1, 6000)];
-        let to_a = [port_to(k, nb, 1, 0, 6000), port_to(k, nb, 1, 1, 6000)];
+        let to_b = [host_to(k, na, 2, 0), host_to(k, na, 2, 1)];
+        let to_a = [host_to(k, nb, 1, 0), host_to(k, nb, 1, 1)];
+        // Consecutive hosts alternate (10 + 20 is even: gateway 0).
+        assert_eq!((to_b, to_a), ([20, 21], [20, 21]));
         let sizes: Arc<Vec<(usize, usize)>> = Arc::new(
             (0..12)
                 .map(|i| (200_000 + 7919 * i, 150_000 + 4099 * i))
@@ -125,10 +131,10 @@ async fn flows_spread_over_both_gateways_and_fail_over_when_one_stops() {
         );
         let before = [link_bytes(&a0, "beta/0"), link_bytes(&a0, "beta/1")];
         tokio::join!(
-            flows_to(k, 1, addr(k, 2, 20, to_b[0]), &[0, 1], &sizes),
-            flows_to(k, 1, addr(k, 2, 20, to_b[1]), &[2, 3], &sizes),
-            flows_to(k, 2, addr(k, 1, 20, to_a[0]), &[4, 5], &sizes),
-            flows_to(k, 2, addr(k, 1, 20, to_a[1]), &[6, 7], &sizes),
+            flows_to(k, 1, addr(k, 2, to_b[0], PORT), &[0, 1], &sizes),
+            flows_to(k, 1, addr(k, 2, to_b[1], PORT), &[2, 3], &sizes),
+            flows_to(k, 2, addr(k, 1, to_a[0], PORT), &[4, 5], &sizes),
+            flows_to(k, 2, addr(k, 1, to_a[1], PORT), &[6, 7], &sizes),
         );
         // Each of alpha/0's links carried its two flows both ways...
         for (j, peer) in ["beta/0", "beta/1"].into_iter().enumerate() {
@@ -161,13 +167,13 @@ async fn flows_spread_over_both_gateways_and_fail_over_when_one_stops() {
         assert!(a0.shared.link_to("beta/1").is_none_or(|l| !l.is_up()));
         let down = gridsplitd::admin::status_json(&a0.shared)["peers_down"].clone();
         assert_eq!(down, serde_json::json!(["beta/1"]));
-        // New flows that hash to beta/1 now go through beta/0, and still arrive
-        // whole; those that hash to beta/0 too.
+        // New flows whose pair names beta/1 now go through beta/0, and still
+        // arrive whole; those whose pair names beta/0 too.
         let opened = b0.shared.metrics.remote_opens[Status::Ok as usize].load(Ordering::Relaxed);
         let (out0, _) = link_bytes(&a0, "beta/0");
         tokio::join!(
-            flows_to(k, 1, addr(k, 2, 20, to_b[1]), &[8, 9], &sizes),
-            flows_to(k, 1, addr(k, 2, 20, to_b[0]), &[10], &sizes),
+            flows_to(k, 1, addr(k, 2, to_b[1], PORT), &[8, 9], &sizes),
+            flows_to(k, 1, addr(k, 2, to_b[0], PORT), &[10], &sizes),
         );
         assert_eq!(
             b0.shared.metrics.remote_opens[Status::Ok as usize].load(Ordering::Relaxed),

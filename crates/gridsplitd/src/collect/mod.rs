@@ -91,8 +91,8 @@ async fn reply(shared: &Shared, stream: &mut TcpStream, status: Status) -> std::
 }
 
 /// Decides whether `node` may reach `dst`, and over which link: to one of the
-/// destination site's gateways, by the flow's hash, failing over to the next
-/// one up (route.rs).
+/// destination site's gateways, by the node pair (`route::spread_index`),
+/// failing over to the next one up (route.rs).
 fn admit(shared: &Shared, node: SocketAddr, dst: SocketAddr) -> Result<Arc<Link>, Status> {
     let cfg = &shared.cfg;
     if !cfg.own_site().subnet.contains(node.ip()) {
@@ -111,8 +111,8 @@ fn admit(shared: &Shared, node: SocketAddr, dst: SocketAddr) -> Result<Arc<Link>
         return Err(Status::Forbidden);
     }
     let gateways: Vec<&str> = cfg.gateways_of(&site.name).map(|g| g.id.as_str()).collect();
-    let hashed = route::hashed_index(node.ip(), dst, gateways.len());
-    let i = route::pick(hashed, gateways.len(), |i| {
+    let start = route::spread_index(node.ip(), dst, gateways.len());
+    let i = route::pick(start, gateways.len(), |i| {
         shared.link_to(gateways[i]).is_some_and(|l| l.is_up())
     });
     shared.link_to(gateways[i]).ok_or(Status::NoLink)

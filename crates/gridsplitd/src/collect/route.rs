@@ -1,48 +1,50 @@
 //! Which gateway of the destination site a new LAN flow goes to, when that
-//! site has several (docs/protocol.md §5).
+//! site has several (docs/protocol.md §4.3).
 //!
-//! The flow's (source ip, destination ip, destination port) is hashed with
-//! 64-bit FNV-1a, and the hash modulo the site's gateway count is the flow's
-//! gateway index. FNV-1a, not std's SipHash: the choice must not change with
-//! the Rust release or the process, so that a node's connections to one
-//! service keep taking the same remote gateway across gateway restarts, and so
-//! that the tests and docs can compute it. The source port is left out on
-//! purpose: every connection from one node to one service (an MPI rank's
-//! connections to another, whatever ports the library picks) takes one path.
+//! The node pair decides: the flow's index is (A(source) + A(destination))
+//! mod n, where A(x) is the address's last 32 bits read as a big-endian
+//! unsigned integer (IPv4: the whole address; IPv6: its last 4 bytes) and the
+//! sum wraps in 32 bits. Over consecutive node addresses these sums form a
+//! Latin square, so one-to-many, many-to-one (a gather) and all-to-all between
+//! the nodes of two sites spread evenly over the n gateways, where a hash of a
+//! job's handful of flows often does not (results/app/2026-11-26-paper-2gw: a
+//! LAMMPS job's three bordeaux ranks all hashed to one gateway). The rule is
+//! deterministic across processes and releases, so a node pair keeps taking
+//! the same remote gateway across gateway restarts, and the tests and docs can
+//! compute it. The node library picks its own site's gateway by the same rule
+//! (preload/gateways.c). Ports play no part: every connection between two
+//! nodes (an MPI rank's connections to another, whatever ports the library
+//! picks) takes one path, which costs nothing, a node's NIC being no faster
+//! than a gateway's.
 //!
-//! Failover: from the hashed index on, wrapping, the first gateway whose link
-//! is up. If none is up, the hashed one: the flow then meets that link's
+//! Failover: from that index on, wrapping, the first gateway whose link is
+//! up. If none is up, the index itself: the flow then meets that link's
 //! outage rules (held while it reconnects, refused with NO_LINK without a
 //! session), exactly as with a single gateway.
 
 use std::net::{IpAddr, SocketAddr};
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-/// FNV-1a (64 bits) of the source address's bytes (4 for IPv4, 16 for IPv6),
-/// then the destination address's, then the destination port's (big-endian).
-pub fn flow_hash(src: IpAddr, dst: SocketAddr) -> u64 {
-    let mut h = FNV_OFFSET;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= *b as u64;
-            h = h.wrapping_mul(FNV_PRIME);
-        }
-    };
-    for ip in [src, dst.ip()] {
-        match ip {
-            IpAddr::V4(a) => eat(&a.octets()),
-            IpAddr::V6(a) => eat(&a.octets()),
+/// A(x): the address's last 32 bits, big-endian (an IPv4 address whole).
+fn low32(ip: IpAddr) -> u32 {
+    match ip {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            u32::from_be_bytes([o[12], o[13], o[14], o[15]])
         }
     }
-    eat(&dst.port().to_be_bytes());
-    h
 }
 
-/// The index, among `n` gateways (n ≥ 1), of the gateway a flow hashed to.
-pub fn hashed_index(src: IpAddr, dst: SocketAddr, n: usize) -> usize {
-    (flow_hash(src, dst) % n as u64) as usize
+/// The node pair's spread: A(source) + A(destination), wrapping in 32 bits.
+/// An unspecified source (0.0.0.0, ::) counts 0.
+pub fn pair_spread(src: IpAddr, dst: IpAddr) -> u32 {
+    low32(src).wrapping_add(low32(dst))
+}
+
+/// The index, among `n` gateways (n ≥ 1), of the gateway a flow from `src`
+/// to `dst` starts from: the pair's spread modulo n. The port plays no part.
+pub fn spread_index(src: IpAddr, dst: SocketAddr, n: usize) -> usize {
+    (pair_spread(src, dst.ip()) as u64 % n as u64) as usize
 }
 
 /// The gateway a flow takes: the first from `start` on (wrapping) for which
@@ -58,55 +60,76 @@ pub fn pick(start: usize, n: usize, up: impl Fn(usize) -> bool) -> usize {
 mod tests {
     use super::*;
 
-    #[test]
-    fn fnv1a_matches_its_reference_values() {
-        // The published FNV-1a 64 test vectors, through the same loop: "" and "a".
-        let mut h = FNV_OFFSET;
-        assert_eq!(h, 0xcbf29ce484222325);
-        h ^= b'a' as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-        assert_eq!(h, 0xaf63dc4c8601ec8c);
+    fn v4(s: &str) -> IpAddr {
+        s.parse().unwrap()
     }
 
     #[test]
-    fn the_hash_is_fixed_and_ignores_nothing_it_names() {
-        let src: IpAddr = "10.71.1.10".parse().unwrap();
+    fn the_spread_is_the_sum_of_the_addresses_last_32_bits() {
+        // 10.71.1.10 = 0x0a47010a, 10.71.2.20 = 0x0a470214: the sum 0x148e031e.
+        assert_eq!(pair_spread(v4("10.71.1.10"), v4("10.71.2.20")), 0x148e_031e);
         let dst: SocketAddr = "10.71.2.20:5000".parse().unwrap();
-        // Fixed across processes and releases: docs/protocol.md §5 may quote it.
-        assert_eq!(flow_hash(src, dst), flow_hash(src, dst));
+        assert_eq!(spread_index(v4("10.71.1.10"), dst, 3), 0x148e_031e % 3);
+        // The port plays no part; the order of the pair none either.
         let other_port: SocketAddr = "10.71.2.20:5001".parse().unwrap();
-        let other_dst: SocketAddr = "10.71.2.21:5000".parse().unwrap();
-        let other_src: IpAddr = "10.71.1.11".parse().unwrap();
-        assert_ne!(flow_hash(src, dst), flow_hash(src, other_port));
-        assert_ne!(flow_hash(src, dst), flow_hash(src, other_dst));
-        assert_ne!(flow_hash(src, dst), flow_hash(other_src, dst));
+        for n in 1..=8 {
+            assert_eq!(
+                spread_index(v4("10.71.1.10"), dst, n),
+                spread_index(v4("10.71.1.10"), other_port, n)
+            );
+        }
+        assert_eq!(
+            pair_spread(v4("10.71.2.20"), v4("10.71.1.10")),
+            pair_spread(v4("10.71.1.10"), v4("10.71.2.20"))
+        );
+        // The sum wraps in 32 bits: 255.255.255.255 + 0.0.0.2 = 1.
+        assert_eq!(pair_spread(v4("255.255.255.255"), v4("0.0.0.2")), 1);
+        // IPv6: the last 4 bytes; an unknown (unspecified) source counts 0.
+        let a: IpAddr = "fd00::1:0a47:010a".parse().unwrap();
+        let b: IpAddr = "fd00:1::ffff:0a47:0214".parse().unwrap();
+        assert_eq!(pair_spread(a, b), 0x148e_031e);
+        assert_eq!(pair_spread(v4("0.0.0.0"), v4("10.71.2.20")), 0x0a47_0214);
+        assert_eq!(pair_spread("::".parse().unwrap(), b), 0x0a47_0214);
     }
 
     #[test]
-    fn flows_spread_over_the_gateways() {
-        let src: IpAddr = "10.71.1.10".parse().unwrap();
-        for n in [2, 3, 4] {
-            let mut counts = vec![0; n];
-            for port in 5000..5400 {
-                let dst = SocketAddr::new("10.71.2.20".parse().unwrap(), port);
-                counts[hashed_index(src, dst, n)] += 1;
+    fn node_pairs_spread_evenly_over_the_gateways() {
+        let node = |site: u8, host: u8| IpAddr::from([10, 71, site, host]);
+        let at = |site: u8, host: u8| SocketAddr::new(node(site, host), 5000);
+        for n in 1..=8usize {
+            // One-to-many and many-to-one (a gather) over n consecutive nodes:
+            // each gateway exactly once.
+            let mut scatter = vec![0; n];
+            let mut gather = vec![0; n];
+            for h in 0..n as u8 {
+                scatter[spread_index(node(1, 10), at(2, 20 + h), n)] += 1;
+                gather[spread_index(node(1, 10 + h), at(2, 20), n)] += 1;
             }
-            // 400 flows: each gateway gets a fair part, none nothing.
-            for c in &counts {
-                assert!(*c > 400 / n / 2, "{n} gateways: {counts:?}");
+            assert_eq!(scatter, vec![1; n], "{n} gateways, one to many");
+            assert_eq!(gather, vec![1; n], "{n} gateways, many to one");
+            // All-to-all between n nodes of each site: a Latin square, each
+            // gateway n pairs, and each row and column every gateway once.
+            let mut all = vec![0; n];
+            for i in 0..n as u8 {
+                let mut row = vec![0; n];
+                for j in 0..n as u8 {
+                    let g = spread_index(node(1, 10 + i), at(2, 20 + j), n);
+                    all[g] += 1;
+                    row[g] += 1;
+                }
+                assert_eq!(row, vec![1; n], "{n} gateways, row {i}");
             }
+            assert_eq!(all, vec![n; n], "{n} gateways, all to all");
         }
-        let dst: SocketAddr = "10.71.2.20:5000".parse().unwrap();
-        assert_eq!(hashed_index(src, dst, 1), 0);
     }
 
     #[test]
     fn a_flow_fails_over_to_the_next_gateway_up() {
         let up = |set: &'static [usize]| move |i: usize| set.contains(&i);
-        assert_eq!(pick(1, 3, up(&[0, 1, 2])), 1, "the hashed one while up");
+        assert_eq!(pick(1, 3, up(&[0, 1, 2])), 1, "its own one while up");
         assert_eq!(pick(1, 3, up(&[0, 2])), 2, "the next one");
         assert_eq!(pick(2, 3, up(&[0, 1])), 0, "wrapping");
-        assert_eq!(pick(2, 3, up(&[])), 2, "none up: the hashed one");
+        assert_eq!(pick(2, 3, up(&[])), 2, "none up: its own one");
         assert_eq!(pick(0, 1, up(&[])), 0);
     }
 }
