@@ -12,7 +12,9 @@ from conftest import gridsplit
 def test_scale_opens_and_echoes_every_flow(tmp_path):
     # Its own second octet, so that a full `bench scale` (127.21.x.x) may run meanwhile.
     gridsplit("bench", "scale", "--flows", "100,200", "--seconds", "2", "--repeat", "1", "--active", "2",
-              "--probe-flows", "40", "--octet", "121", "--out", str(tmp_path), timeout=180)
+              "--probe-flows", "40", "--octet", "121", "--out", str(tmp_path),
+              # The LAN controls on, so their ticks run over every flow as in a deployed gateway.
+              "--lan-window-budget", "65536", "--lan-rate-bps", "100000000", "--lan-burst-bytes", "30000", timeout=180)
     files = list(tmp_path.glob("*.jsonl"))
     assert len(files) == 1 and files[0].with_suffix(".md").exists()
     rows = [json.loads(l) for l in files[0].read_text().splitlines()]
@@ -25,6 +27,7 @@ def test_scale_opens_and_echoes_every_flow(tmp_path):
               "total_buffer", "nofile", "octet", "strategy", "threads", "open_timeout_ms", "probe_defaults", "no_build"):
         assert k in req, k
     assert req["steps"] == [100, 200] and meta["command"].startswith("gridsplit bench scale")
+    assert meta["lan"] == {"window_budget": 65536, "rate_bps": 100000000, "burst_bytes": 30000}
 
     steps = [r for r in rows if r["kind"] == "step"]
     assert [s["idle_flows"] for s in steps] == [100, 200]
@@ -36,6 +39,7 @@ def test_scale_opens_and_echoes_every_flow(tmp_path):
             assert gw["flows_active"] == s["idle_flows"] + 2
             assert gw["fds_per_flow"] >= 0.9
             assert gw["rss_bytes_per_flow"] is not None and gw["vmsize_bytes_per_flow"] is not None
+            assert gw["idle_cpu_pct"] >= 0
         lat = s["latency"]
         assert lat["round_trips"] > 0 and lat["mismatched"] == 0 and not lat["errors"]
         assert {"p50", "p99", "p999"} <= set(lat["rtt_us"])

@@ -65,6 +65,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 TARGET_FLOWS = 10_000
 TARGET_OPEN_RATE = 1_000.0
 SINKS = 4  # sink listeners 127.K.2.20-23
+IDLE_CPU_S = 2.0  # seconds over which the gateways' CPU with idle flows is read, per step
 
 
 class ScaleError(GridsplitError):
@@ -169,6 +170,9 @@ class Plan:
     total_buffer: int | None
     strategy: str
     threads: int | None
+    # The gateways' [lan] window_budget, rate_bps and burst_bytes: 0 each = off (the LAN
+    # controls whose 5 ms ticks read every LAN socket; collect/incast.rs, collect/egress.rs).
+    lan: tuple[int, int, int] = (0, 0, 0)
 
     def ip(self, site: int, host: int) -> str:
         return f"127.{self.k}.{site}.{host}"
@@ -186,6 +190,9 @@ def write_configs(d: Path, plan: Plan) -> dict:
     limits = ""
     if plan.per_flow_buffer is not None:
         limits = f"[limits]\nper_flow_buffer = {plan.per_flow_buffer}\ntotal_buffer = {plan.total_buffer}\n"
+    if any(plan.lan):
+        budget, rate, burst = plan.lan
+        limits += f"[lan]\nwindow_budget = {budget}\nrate_bps = {rate}\nburst_bytes = {burst}\n"
     for site, name in ((1, "alpha"), (2, "beta")):
         g = gw[name]
         sites = "".join(
@@ -277,11 +284,16 @@ def one_run(gsd: Path, gsl: Path, plan: Plan, nofile: int, steps: list[int], act
                     if all(metrics(gw[n]["admin"]).get("flows_active") == 0 for n in gw):
                         break
                     time.sleep(0.2)
-            elif ev["phase"] == "idle":
+            idle_cpu = {}
+            if ev["phase"] == "idle":
                 time.sleep(1.0)  # let allocations settle before reading memory
+                # What the gateways spend on idle flows alone (their timers and ticks).
+                c0 = {n: proc_sample(p)["cpu_s"] for n, p in pids.items()}
+                time.sleep(IDLE_CPU_S)
+                idle_cpu = {n: (proc_sample(p)["cpu_s"] - c0[n]) / IDLE_CPU_S * 100 for n, p in pids.items()}
             procs.check()
             s = {"phase": ev["phase"], "idle_flows": ev.get("idle_flows"), "step": ev.get("step"),
-                 "sockstat": sockstat(), "gateways": {}}
+                 "sockstat": sockstat(), "gateways": {}, "idle_cpu_pct": idle_cpu}
             for n in ("alpha", "beta"):
                 s["gateways"][n] = {**proc_sample(pids[n]), "metrics": metrics(gw[n]["admin"])}
             samples.append(s)
@@ -336,6 +348,7 @@ def analyse(run: dict) -> tuple[list[dict], dict]:
                 "flows_opened": a["metrics"].get("flows_opened_total"),
                 "flows_reset": a["metrics"].get("flows_reset_total"),
                 "cpu_s": a["cpu_s"],
+                "idle_cpu_pct": (s.get("idle_cpu_pct") or {}).get(g),
             }
         l = lat.get(n)
         row["latency"] = ({"rtt_us": l["rtt_us"], "round_trips": l["round_trips"], "mismatched": l["mismatched"],
@@ -389,7 +402,8 @@ def summarize(step_rows: list[dict], runs: list[dict]) -> dict:
              "rtt_p999_us": _stats([(r["latency"] or {}).get("rtt_us", {}).get("p999") for r in rows])}
         for g in ("alpha", "beta"):
             d[g] = {k: _stats([r["gateways"][g][k] for r in rows])
-                    for k in ("rss_bytes_per_flow", "vmsize_bytes_per_flow", "fds_per_flow", "flows_active")}
+                    for k in ("rss_bytes_per_flow", "vmsize_bytes_per_flow", "fds_per_flow", "flows_active",
+                              "idle_cpu_pct")}
         out_steps.append(d)
     idle0 = [r["summary"]["latency_idle0"] for r in runs if r["summary"].get("latency_idle0")]
     best = max((s["idle_flows"]["max"] for s in out_steps), default=0)
@@ -418,14 +432,15 @@ def _fmt(s: dict | None, digits: int = 0, scale: float = 1.0) -> str:
 def table(summary: dict) -> Table:
     t = Table(title="gridsplit bench scale: medians (min–max) over repeats")
     for c in ("idle flows", "opens/s", "open p99 ms", "RSS B/flow A", "RSS B/flow B", "VmSize B/flow A",
-              "fds/flow A", "RTT p50 µs", "p99 µs", "p99.9 µs"):
+              "fds/flow A", "idle CPU % A", "idle CPU % B", "RTT p50 µs", "p99 µs", "p99.9 µs"):
         t.add_column(c, justify="right")
     i0 = summary["idle0"]
-    t.add_row("0", "-", "-", "-", "-", "-", "-", _fmt(i0["p50"], 1), _fmt(i0["p99"], 1), _fmt(i0["p999"], 1))
+    t.add_row("0", "-", "-", "-", "-", "-", "-", "-", "-", _fmt(i0["p50"], 1), _fmt(i0["p99"], 1), _fmt(i0["p999"], 1))
     for s in summary["steps"]:
         t.add_row(_fmt(s["idle_flows"]), _fmt(s["open_rate_per_s"]), _fmt(s["open_latency_p99_ms"], 1),
                   _fmt(s["alpha"]["rss_bytes_per_flow"]), _fmt(s["beta"]["rss_bytes_per_flow"]),
                   _fmt(s["alpha"]["vmsize_bytes_per_flow"]), _fmt(s["alpha"]["fds_per_flow"], 2),
+                  _fmt(s["alpha"]["idle_cpu_pct"], 1), _fmt(s["beta"]["idle_cpu_pct"], 1),
                   _fmt(s["rtt_p50_us"], 1), _fmt(s["rtt_p99_us"], 1), _fmt(s["rtt_p999_us"], 1))
     return t
 
@@ -438,14 +453,17 @@ def markdown(meta: dict, summary: dict, probe: dict | None) -> str:
              f"{meta['machine']['memory_gib']} GiB, Linux {meta['machine']['kernel']}, git {meta['machine']['git']}.", "",
              f"Limits: per_flow_buffer {meta['limits']['per_flow_buffer']}, total_buffer {meta['limits']['total_buffer']}; "
              f"RLIMIT_NOFILE {r['nofile']} for every process started; {r['repeat']} repeat(s).", "",
-             "| idle flows | opens/s | open p99 ms | RSS B/flow alpha | RSS B/flow beta | VmSize B/flow alpha | fds/flow alpha | RTT p50 µs | p99 µs | p99.9 µs |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "LAN controls: " + (", ".join(f"{k} {v}" for k, v in meta["lan"].items()) if any(meta.get("lan", {}).values())
+                                 else "off") + ".", "",
+             "| idle flows | opens/s | open p99 ms | RSS B/flow alpha | RSS B/flow beta | VmSize B/flow alpha | fds/flow alpha | idle CPU % alpha | idle CPU % beta | RTT p50 µs | p99 µs | p99.9 µs |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     i0 = summary["idle0"]
-    lines.append(f"| 0 | | | | | | | {_fmt(i0['p50'], 1)} | {_fmt(i0['p99'], 1)} | {_fmt(i0['p999'], 1)} |")
+    lines.append(f"| 0 | | | | | | | | | {_fmt(i0['p50'], 1)} | {_fmt(i0['p99'], 1)} | {_fmt(i0['p999'], 1)} |")
     for s in summary["steps"]:
         lines.append(f"| {_fmt(s['idle_flows'])} | {_fmt(s['open_rate_per_s'])} | {_fmt(s['open_latency_p99_ms'], 1)} | "
                      f"{_fmt(s['alpha']['rss_bytes_per_flow'])} | {_fmt(s['beta']['rss_bytes_per_flow'])} | "
                      f"{_fmt(s['alpha']['vmsize_bytes_per_flow'])} | {_fmt(s['alpha']['fds_per_flow'], 2)} | "
+                     f"{_fmt(s['alpha']['idle_cpu_pct'], 1)} | {_fmt(s['beta']['idle_cpu_pct'], 1)} | "
                      f"{_fmt(s['rtt_p50_us'], 1)} | {_fmt(s['rtt_p99_us'], 1)} | {_fmt(s['rtt_p999_us'], 1)} |")
     lines += ["", "Targets: " + "; ".join(f"{k}: {'met' if v else 'missed'}" for k, v in summary["targets"].items()),
               f"All flows opened and echoed correctly: {'yes' if summary['all_checked'] else 'NO'}."]
@@ -468,7 +486,7 @@ def default_nofile() -> int:
 def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: int, concurrency: int,
         rate: float, repeat: int, per_flow_buffer: int, total_buffer: int, nofile: int, octet: int,
         strategy: str, threads: int | None, gsload_threads: int, open_timeout_ms: int, probe_defaults: bool,
-        probe_flows: int, no_build: bool, command: str) -> Path:
+        probe_flows: int, no_build: bool, command: str, lan: tuple[int, int, int] = (0, 0, 0)) -> Path:
     steps = sorted(set(steps))
     # Each flow takes one descriptor in each gateway and two in gsload (client and sink).
     need = 2 * (steps[-1] + active) + 1024
@@ -492,6 +510,7 @@ def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: 
                       "threads": threads, "gsload_threads": gsload_threads, "open_timeout_ms": open_timeout_ms,
                       "probe_defaults": probe_defaults, "probe_flows": probe_flows, "no_build": no_build},
         "limits": {"per_flow_buffer": per_flow_buffer, "total_buffer": total_buffer},
+        "lan": dict(zip(("window_budget", "rate_bps", "burst_bytes"), lan)),
         "shell_nofile": {"soft": soft, "hard": hard},
         "binaries": {"gridsplitd": binary_facts(gsd), "gsload": binary_facts(gsl)},
         "addresses": {"alpha": f"127.{octet}.1.0/24", "beta": f"127.{octet}.2.0/24",
@@ -528,7 +547,7 @@ def run(out_dir: Path, steps: list[int], active: int, seconds: float, msg_size: 
 
     for rep in range(repeat):
         out.print(f"[bold]repeat {rep + 1}/{repeat}[/bold]")
-        r = one_run(gsd, gsl, Plan(octet, per_flow_buffer, total_buffer, strategy, threads), nofile, steps, active,
+        r = one_run(gsd, gsl, Plan(octet, per_flow_buffer, total_buffer, strategy, threads, lan), nofile, steps, active,
                     seconds, msg_size, concurrency, rate, open_timeout_ms, gsload_threads, on_event=show)
         srows, summ = analyse(r)
         for s in srows:
@@ -608,9 +627,16 @@ def _ints(s: str) -> list[int]:
               help="First count the flows gateways with the product's default [limits] admit.")
 @click.option("--probe-flows", type=click.IntRange(1, 100_000), default=200, show_default=True,
               help="Flows the probe tries to open.")
+@click.option("--lan-window-budget", type=click.IntRange(0, 1 << 30), default=0, show_default=True,
+              help="The gateways' [lan] window_budget (LAN incast clamps; 0: off, as the flows here are loopback).")
+@click.option("--lan-rate-bps", type=click.IntRange(0), default=0, show_default=True,
+              help="The gateways' [lan] rate_bps (LAN pacing per host; 0: off).")
+@click.option("--lan-burst-bytes", type=click.IntRange(0, 1 << 30), default=0, show_default=True,
+              help="The gateways' [lan] burst_bytes (with --lan-rate-bps).")
 @click.option("--no-build", is_flag=True, help="Never run cargo, even if a binary is missing.")
 def scale(out_dir, flows, active, seconds, msg_size, rate, concurrency, repeat, per_flow_buffer, total_buffer,
-          nofile, octet, strategy, threads, gsload_threads, open_timeout_ms, probe_defaults, probe_flows, no_build):
+          nofile, octet, strategy, threads, gsload_threads, open_timeout_ms, probe_defaults, probe_flows,
+          lan_window_budget, lan_rate_bps, lan_burst_bytes, no_build):
     """Flows per gateway: idle-flow memory, most concurrent flows, opens/s, latency under load (loopback)."""
 
     def on_term(*_):
@@ -621,7 +647,8 @@ def scale(out_dir, flows, active, seconds, msg_size, rate, concurrency, repeat, 
         run(out_dir, _ints(flows), active, seconds, msg_size, concurrency, rate, repeat, per_flow_buffer,
             total_buffer, nofile, octet, strategy, threads, gsload_threads, open_timeout_ms, probe_defaults,
             probe_flows, no_build, " ".join(["gridsplit", "bench", "scale", *sys.argv[3:]])
-            if sys.argv[1:3] == ["bench", "scale"] else " ".join(sys.argv))
+            if sys.argv[1:3] == ["bench", "scale"] else " ".join(sys.argv),
+            (lan_window_budget, lan_rate_bps, lan_burst_bytes))
     except GridsplitError as e:
         err.print(f"gridsplit bench scale: error: {e}")
         sys.exit(2)

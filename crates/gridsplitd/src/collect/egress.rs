@@ -27,6 +27,11 @@
 //! rate instead of each at a share held until the next tick, which had cost a
 //! latency-bound application more than the drops it saved.
 //!
+//! A tick reads a socket's queue only if the relay wrote to it since the last
+//! tick, or it still held bytes then: idle flows cost one atomic load each, not
+//! a system call, so thousands of them toward a host stay cheap (a gateway may
+//! carry 10,000 flows; docs/bench.md, `bench scale --lan-rate-bps`).
+//!
 //! The registry keeps weak references, as collect/incast.rs does, so a socket
 //! that closes is never touched again.
 
@@ -74,6 +79,10 @@ struct Host {
 struct Paced {
     id: u64,
     socket: Weak<TcpStream>,
+    activity: Weak<dyn super::Activity>,
+    /// Bytes written (`activity`) and the socket's queued bytes at the last reading.
+    seen: u64,
+    queued: u64,
     /// The rate last set on it (bytes/s), so unchanged shares cost no syscall.
     applied: u64,
 }
@@ -142,7 +151,11 @@ impl LanEgress {
     /// socket's share; the next tick divides the host again (re-dividing here
     /// would read every socket of the host for each new flow: quadratic in a
     /// job's flows toward one host).
-    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>) -> Registration {
+    pub fn register<A: super::Activity + 'static>(
+        self: &Arc<Self>,
+        s: &Arc<TcpStream>,
+        activity: &Arc<A>,
+    ) -> Registration {
         let peer = match s.peer_addr() {
             Ok(a) if self.enabled() => a.ip(),
             _ => {
@@ -161,9 +174,15 @@ impl LanEgress {
         let ok =
             crate::tune::setsockopt_raw(&**s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes)
                 .is_ok();
+        let activity: Weak<dyn super::Activity> =
+            Arc::downgrade(activity) as Weak<dyn super::Activity>;
         host.sockets.push(Paced {
             id,
             socket: Arc::downgrade(s),
+            activity,
+            seen: 0,
+            // Unknown until read: the first tick reads it.
+            queued: u64::MAX,
             applied: if ok { bytes } else { 0 },
         });
         Registration {
@@ -208,8 +227,16 @@ impl LanEgress {
         let queued: Vec<u64> = if live.len() == 1 {
             vec![0]
         } else {
-            live.iter()
-                .map(|s| outq(&**s).map_or(0, |q| q.max(0) as u64))
+            v.iter_mut()
+                .zip(&live)
+                .map(|(p, s)| {
+                    let w = p.activity.upgrade().map_or(u64::MAX, |a| a.written());
+                    if w != p.seen || p.queued != 0 {
+                        p.seen = w;
+                        p.queued = outq(&**s).map_or(0, |q| q.max(0) as u64);
+                    }
+                    p.queued
+                })
                 .collect()
         };
         let (rates, busy) = shares(self.rate_bps, self.burst_bytes, &queued);
@@ -273,10 +300,11 @@ mod tests {
         let egress = LanEgress::new(80_000_000, 0);
         let mut keep = Vec::new();
         let mut regs = Vec::new();
-        for _ in 0..2 {
+        let written: Vec<Arc<crate::collect::Counters>> = (0..2).map(|_| Arc::default()).collect();
+        for w in &written {
             let c = Arc::new(TcpStream::connect(addr).await.unwrap());
             let (peer, _) = l.accept().await.unwrap();
-            regs.push(egress.register(&c));
+            regs.push(egress.register(&c, w));
             keep.push((c, peer));
         }
         let pacing = |s: &TcpStream| {
@@ -292,11 +320,17 @@ mod tests {
             let mut hosts = egress.hosts.lock().unwrap();
             egress.divide(hosts.by_ip.values_mut().next().unwrap());
         };
-        keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        written[0].written.fetch_add(n as u64, Ordering::Relaxed);
         tick();
         assert_eq!(pacing(&keep[0].0), 10_000_000);
         assert_eq!(pacing(&keep[1].0), 5_000_000);
-        keep[1].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        // A socket last seen empty is read again only once the relay has
+        // written to it: bytes put there behind its back go unseen.
+        let n = keep[1].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        tick();
+        assert_eq!(pacing(&keep[1].0), 5_000_000);
+        written[1].written.fetch_add(n as u64, Ordering::Relaxed);
         tick();
         assert_eq!(pacing(&keep[0].0), 5_000_000);
         assert_eq!(pacing(&keep[1].0), 5_000_000);
@@ -324,13 +358,15 @@ mod tests {
         let egress = LanEgress::new(80_000_000, 1 << 30);
         let mut keep = Vec::new();
         let mut regs = Vec::new();
-        for _ in 0..2 {
+        let written: Vec<Arc<crate::collect::Counters>> = (0..2).map(|_| Arc::default()).collect();
+        for w in &written {
             let c = Arc::new(TcpStream::connect(addr).await.unwrap());
             let (peer, _) = l.accept().await.unwrap();
-            regs.push(egress.register(&c));
+            regs.push(egress.register(&c, w));
             keep.push((c, peer));
         }
-        keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        written[0].written.fetch_add(n as u64, Ordering::Relaxed);
         {
             let mut hosts = egress.hosts.lock().unwrap();
             egress.divide(hosts.by_ip.values_mut().next().unwrap());

@@ -44,6 +44,16 @@
 //! The other direction, what the gateway writes toward a LAN host, is
 //! collect/egress.rs.
 //!
+//! Cost at scale. A flow that opens or closes changes every share, but the
+//! division then runs on what the registry last read (no system call) and
+//! re-clamps only the sockets whose share changed; with many flows the shares
+//! sit at their floor and nothing changes. The tick reads a socket (tcp_info and
+//! its clamp) only if the relay read bytes from it since the last look, or it
+//! was never read: an idle socket's window cannot have widened, nor its clamp
+//! drifted, without segments arriving. Reading every socket on every open and
+//! every tick had made opening N flows cost O(N²) system calls
+//! (docs/bench.md, `bench scale --lan-window-budget`).
+//!
 //! The registry keeps weak references, so a socket that closes (and whose file
 //! descriptor number may be reused at once) is never touched again.
 
@@ -106,6 +116,9 @@ struct Registry {
 
 struct Entry {
     socket: Weak<TcpStream>,
+    /// Bytes the relay has read from it, and their count at the last reading.
+    activity: Weak<dyn super::Activity>,
+    seen: u64,
     /// Its MSS, read once: it is fixed once the handshake is done.
     mss: usize,
     /// Whether it has carried YOUNG_BYTES (until then it stays narrow).
@@ -139,7 +152,7 @@ impl Drop for Registration {
         if let Some(id) = self.id {
             let mut reg = self.windows.sockets.lock().unwrap();
             reg.live.remove(&id);
-            self.windows.apply(&mut reg);
+            self.windows.apply(&mut reg, false);
         }
     }
 }
@@ -263,10 +276,14 @@ impl LanWindows {
         self.budget > 0
     }
 
-    /// Adds a relayed LAN socket to the division (every share changes, so every
-    /// socket is re-clamped: flows open and close rarely next to the bytes they
-    /// carry, and a gather's flows all open before its data moves).
-    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>) -> Registration {
+    /// Adds a relayed LAN socket to the division at once (every share may
+    /// change, and a gather's flows all open before its data moves), from what
+    /// the registry last read of the others.
+    pub fn register<A: super::Activity + 'static>(
+        self: &Arc<Self>,
+        s: &Arc<TcpStream>,
+        activity: &Arc<A>,
+    ) -> Registration {
         if !self.enabled() {
             return Registration {
                 windows: self.clone(),
@@ -285,13 +302,15 @@ impl LanWindows {
             id,
             Entry {
                 socket: Arc::downgrade(s),
+                activity: Arc::downgrade(activity) as Weak<dyn super::Activity>,
+                seen: 0,
                 mss,
                 grown: false,
                 widest: 0,
                 applied: None,
             },
         );
-        self.apply(&mut reg);
+        self.apply(&mut reg, false);
         Registration {
             windows: self.clone(),
             id: Some(id),
@@ -309,15 +328,17 @@ impl LanWindows {
         super::every(TICK, stopping, || {
             let mut reg = self.sockets.lock().unwrap();
             if !reg.live.is_empty() {
-                self.apply(&mut reg);
+                self.apply(&mut reg, true);
             }
         })
         .await
     }
 
     /// Updates each socket's widest offer, divides the budget (`divide`) and
-    /// clamps the sockets whose share changed or whose clamp drifted.
-    fn apply(&self, reg: &mut Registry) {
+    /// clamps the sockets whose share changed or whose clamp drifted. `read`:
+    /// read the sockets that moved bytes since the last look (the tick); else
+    /// divide on what was last read, and clamp only new shares.
+    fn apply(&self, reg: &mut Registry, read: bool) {
         if self.budget == 0 {
             return;
         }
@@ -327,14 +348,24 @@ impl LanWindows {
             .values_mut()
             .filter_map(|e| e.socket.upgrade().map(|s| (e, s)))
             .collect();
+        // The clamp each socket holds now: read where it may have changed, else
+        // the one last applied (None: never clamped).
+        let mut current: Vec<Option<usize>> = Vec::with_capacity(live.len());
         let flows: Vec<Flow> = live
             .iter_mut()
             .map(|(e, s)| {
-                if let Ok(i) = crate::tune::tcp_info(&**s) {
-                    e.grown |= i.bytes_received >= YOUNG_BYTES;
-                    let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
-                    let unit = i.rcv_window_unit.max(1) as usize;
-                    e.widest = e.widest.max(offered.div_ceil(unit) * unit);
+                let moved = e.activity.upgrade().map_or(u64::MAX, |a| a.read());
+                if read && (e.applied.is_none() || moved != e.seen) {
+                    e.seen = moved;
+                    if let Ok(i) = crate::tune::tcp_info(&**s) {
+                        e.grown |= i.bytes_received >= YOUNG_BYTES;
+                        let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
+                        let unit = i.rcv_window_unit.max(1) as usize;
+                        e.widest = e.widest.max(offered.div_ceil(unit) * unit);
+                    }
+                    current.push(window_clamp(s).ok());
+                } else {
+                    current.push(e.applied.map(|(_, k, _)| k));
                 }
                 Flow {
                     mss: e.mss,
@@ -345,8 +376,9 @@ impl LanWindows {
             .collect();
         let shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
         let (mut applied, mut sub, mut wide, mut smallest) = (0u64, 0u64, 0u64, usize::MAX);
-        for ((e, s), (f, &share)) in live.iter_mut().zip(flows.iter().zip(&shares)) {
-            let current = window_clamp(s).ok();
+        for (((e, s), (f, &share)), current) in
+            live.iter_mut().zip(flows.iter().zip(&shares)).zip(current)
+        {
             let roomy = share >= f.mss && !f.young;
             let unchanged = matches!(e.applied, Some((a, k, r)) if a == share && current == Some(k) && r == roomy);
             // A closing socket may refuse; it leaves the division on its own.

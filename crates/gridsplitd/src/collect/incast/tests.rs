@@ -8,6 +8,11 @@ fn window_clamp(s: &TcpStream) -> usize {
     super::window_clamp(s).unwrap()
 }
 
+/// Activity counters of a socket the test reads by hand (bumped where it does).
+fn counters() -> Arc<crate::collect::Counters> {
+    Arc::default()
+}
+
 async fn pair(l: &tokio::net::TcpListener) -> (Arc<TcpStream>, TcpStream) {
     let addr = l.local_addr().unwrap();
     let c = TcpStream::connect(addr).await.unwrap();
@@ -20,15 +25,15 @@ async fn shares_follow_the_number_of_open_sockets() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let w = LanWindows::new(1_200_000, 4 << 20, false);
     let (a, _ca) = pair(&l).await;
-    let ra = w.register(&a);
+    let ra = w.register(&a, &counters());
     // Shares are whole segments (loopback's MSS is large: 64 KB or so).
     let mss = SockRef::from(&*a).tcp_mss().unwrap() as usize;
     let whole = |v: usize| v / mss * mss;
     assert_eq!(window_clamp(&a), whole(1_200_000));
     let (b, _cb) = pair(&l).await;
     let (c, _cc) = pair(&l).await;
-    let _rb = w.register(&b);
-    let rc = w.register(&c);
+    let _rb = w.register(&b, &counters());
+    let rc = w.register(&c, &counters());
     for s in [&a, &b, &c] {
         assert_eq!(window_clamp(s), whole(400_000));
     }
@@ -38,7 +43,7 @@ async fn shares_follow_the_number_of_open_sockets() {
     // A socket already gone is left out without being touched.
     drop(a);
     let (d, _cd) = pair(&l).await;
-    let _rd = w.register(&d);
+    let _rd = w.register(&d, &counters());
     assert_eq!(window_clamp(&d), whole(600_000));
     drop(ra);
     assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 2);
@@ -156,7 +161,8 @@ async fn young_sockets_are_held_narrow() {
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(w.clone().maintain(stop.clone()));
     let (a, mut ca) = pair(&l).await;
-    let _ra = w.register(&a);
+    let moved = counters();
+    let _ra = w.register(&a, &moved);
     assert_eq!(window_clamp(&a), YOUNG_WINDOW);
     tokio::time::sleep(4 * TICK).await;
     assert_eq!(
@@ -165,7 +171,7 @@ async fn young_sockets_are_held_narrow() {
         "time alone does not grow it"
     );
     let reader = tokio::spawn({
-        let a = a.clone();
+        let (a, moved) = (a.clone(), moved.clone());
         async move {
             let mut buf = vec![0u8; YOUNG_BYTES as usize];
             let mut got = 0;
@@ -173,6 +179,7 @@ async fn young_sockets_are_held_narrow() {
                 a.readable().await.unwrap();
                 if let Ok(n) = a.try_read(&mut buf[got..]) {
                     got += n;
+                    moved.read.fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
         }
@@ -194,7 +201,7 @@ async fn an_overcommitted_budget_lifts_the_clamps() {
     let mut keep = Vec::new();
     for _ in 0..4 {
         let (s, c) = pair(&l).await;
-        keep.push((w.register(&s), s, c));
+        keep.push((w.register(&s, &counters()), s, c));
     }
     let s = &keep[0].1;
     let mss = SockRef::from(&**s).tcp_mss().unwrap() as usize;
@@ -215,9 +222,10 @@ async fn the_window_stays_clamped_under_load() {
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(w.clone().maintain(stop.clone()));
     let (s, mut c) = pair(&l).await;
-    let _r = w.register(&s);
+    let moved = counters();
+    let _r = w.register(&s, &moved);
     let reader = tokio::spawn({
-        let s = s.clone();
+        let (s, moved) = (s.clone(), moved.clone());
         async move {
             let mut buf = vec![0u8; 1 << 16];
             let mut total = 0;
@@ -225,7 +233,10 @@ async fn the_window_stays_clamped_under_load() {
                 s.readable().await.unwrap();
                 match s.try_read(&mut buf) {
                     Ok(0) => break,
-                    Ok(n) => total += n,
+                    Ok(n) => {
+                        total += n;
+                        moved.read.fetch_add(n as u64, Ordering::Relaxed);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => panic!("{e}"),
                 }
@@ -256,7 +267,7 @@ async fn off_leaves_sockets_alone() {
     let w = LanWindows::new(0, 4 << 20, true);
     let (a, _ca) = pair(&l).await;
     let before = window_clamp(&a);
-    let _r = w.register(&a);
+    let _r = w.register(&a, &counters());
     assert_eq!(window_clamp(&a), before);
     assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 0);
 }
