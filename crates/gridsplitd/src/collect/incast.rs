@@ -342,7 +342,9 @@ impl LanWindows {
         if self.budget == 0 {
             return;
         }
+        let before = reg.live.len();
         reg.live.retain(|_, e| e.socket.strong_count() > 0);
+        let mut changed = reg.live.len() != before;
         let mut live: Vec<(&mut Entry, Arc<TcpStream>)> = reg
             .live
             .values_mut()
@@ -357,6 +359,7 @@ impl LanWindows {
                 let moved = e.activity.upgrade().map_or(u64::MAX, |a| a.read());
                 if read && (e.applied.is_none() || moved != e.seen) {
                     e.seen = moved;
+                    changed = true;
                     if let Ok(i) = crate::tune::tcp_info(&**s) {
                         e.grown |= i.bytes_received >= YOUNG_BYTES;
                         let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
@@ -374,6 +377,10 @@ impl LanWindows {
                 }
             })
             .collect();
+        if read && !changed {
+            // Nothing read, nothing gone: the last division and clamps stand.
+            return;
+        }
         let shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
         let (mut applied, mut sub, mut wide, mut smallest) = (0u64, 0u64, 0u64, usize::MAX);
         for (((e, s), (f, &share)), current) in
