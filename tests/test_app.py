@@ -38,6 +38,20 @@ def test_placement_rules():
     assert [h.name for h in place(topo, 2, "round-robin", ["west-2", "east-1"])] == ["west-2", "east-1"]
 
 
+def test_figures_from_name_value_lines_and_from_lammps_timing_breakdown():
+    """HPCC's NAME=VALUE summary lines and LAMMPS's "MPI task timing breakdown" (each section's
+    average over the ranks, the table's second number) become figures; a row without a number
+    (LAMMPS's "Other" has no min column) and an absent name are left out."""
+    from gridsplit.bench.app import figures
+    from gridsplit.bench.apppresets import LAMMPS_FIGURES
+    assert figures(("A", "B", "C"), "A=1.5\nB=x\nnoise\n") == {"A": 1.5}
+    lammps = ("Section |  min time  |  avg time  |  max time  |%varavg| %total\n"
+              "Pair    | 0.35047    | 0.52935    | 0.64053    |  16.4 |  2.70\n"
+              "Comm    | 18.703     | 18.862     | 19.083     |   3.3 | 96.11\n"
+              "Other   |            | 0.0145     |            |       |  0.08\n")
+    assert figures(LAMMPS_FIGURES, lammps) == {"Pair_s": 0.52935, "Comm_s": 18.862}
+
+
 def test_bad_input_is_one_line(tmp_path):
     line = _one_line(gridsplit("bench", "app", "--preset", "nosuch", check=False))
     assert "no such preset" in line and "lammps-lj" in line

@@ -130,13 +130,16 @@ def app_time(rx: re.Pattern | None, text: str) -> float | None:
         raise GridsplitError(f"--time-pattern {rx.pattern!r} matched {g!r}, which is not a number of seconds") from None
 
 
-def figures(names: tuple[str, ...], text: str) -> dict[str, float]:
+def figures(specs: tuple[str | tuple[str, str], ...], text: str) -> dict[str, float]:
+    """The figures an app's output gives: NAME from a NAME=VALUE line, or (NAME, REGEX) from its
+    last match's first group; a figure absent or not a number is left out."""
     out = {}
-    for n in names:
-        m = re.search(rf"(?m)^{re.escape(n)}=(\S+)$", text)
-        if m:
+    for spec in specs:
+        name, pattern = (spec, rf"(?m)^{re.escape(spec)}=(\S+)$") if isinstance(spec, str) else spec
+        found = re.findall(pattern, text)
+        if found:
             try:
-                out[n] = float(m.group(1))
+                out[name] = float(found[-1])
             except ValueError:
                 pass
     return out

@@ -56,8 +56,9 @@ class App:
     pass_pattern: str | None = None
     # Its matches must be the same in every run (e.g. a final energy): a correctness check.
     same_pattern: str | None = None
-    # Figures NAME=VALUE lines to record (hpccoutf.txt's summary), by name.
-    figures: tuple[str, ...] = ()
+    # Figures to record: NAME for a NAME=VALUE line (hpccoutf.txt's summary), or (NAME, REGEX)
+    # whose first group is the value (its last match counts).
+    figures: tuple[str | tuple[str, str], ...] = ()
     output_file: str | None = None
     files: tuple[Path, ...] = ()  # copied into the run's directory
     # Reads the run's directory after the job: extra row fields (e.g. mpi4py's outcomes).
@@ -105,11 +106,18 @@ def _need(binary: str, package: str, preset: str) -> str:
 LAMMPS_THERMO_LAST = r"(?m)^([ \t]*\d+(?:[ \t]+-?[0-9.]+(?:[eE][-+]?\d+)?)+)[ \t]*\nLoop time"
 
 
+# LAMMPS's "MPI task timing breakdown": each section's average time over the ranks (s), so
+# that a result shows where a split run's extra time goes (communication or computation).
+LAMMPS_FIGURES = tuple((f"{sec}_s", rf"(?m)^{sec}\s*\|\s*[0-9.eE+-]+\s*\|\s*([0-9.eE+-]+)")
+                       for sec in ("Pair", "Kspace", "Neigh", "Comm", "Output", "Modify", "Other"))
+
+
 def _lammps(preset: str, infile: str, impl: str, con: Console) -> App:
     lmp = _need("lmp", "lammps", preset)
     app = App(preset, ("lmp", "-log", "none", "-in", infile),
               preset=preset, time_pattern=r"Loop time of ([0-9.eE+-]+) on", pass_pattern=r"Total wall time:",
-              same_pattern=LAMMPS_THERMO_LAST, files=(DATA / infile,), timeout=600, ranks=4)
+              same_pattern=LAMMPS_THERMO_LAST, figures=LAMMPS_FIGURES, files=(DATA / infile,), timeout=600,
+              ranks=4)
     check_built_for(app, impl, lmp)
     return app
 
