@@ -30,7 +30,7 @@
 //! A tick reads a socket's queue only if the relay wrote to it since the last
 //! tick, or it still held bytes then: idle flows cost one atomic load each, not
 //! a system call, so thousands of them toward a host stay cheap (a gateway may
-//! carry 10,000 flows; docs/bench.md, `bench scale --lan-rate-bps`).
+//! carry 10,000 flows; docs/design/lan-legs.md, "Cost at scale").
 //!
 //! The registry keeps weak references, as collect/incast.rs does, so a socket
 //! that closes is never touched again.

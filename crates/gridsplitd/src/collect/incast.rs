@@ -52,7 +52,7 @@
 //! was never read: an idle socket's window cannot have widened, nor its clamp
 //! drifted, without segments arriving. Reading every socket on every open and
 //! every tick had made opening N flows cost O(N²) system calls
-//! (docs/bench.md, `bench scale --lan-window-budget`).
+//! (docs/design/lan-legs.md, "Cost at scale").
 //!
 //! The registry keeps weak references, so a socket that closes (and whose file
 //! descriptor number may be reused at once) is never touched again.
