@@ -293,13 +293,20 @@ mod tests {
         assert_eq!(shares(100, 7, &[3, 5, 0]), (vec![50, 50, 33], 2));
     }
 
-    #[tokio::test]
-    async fn sockets_to_one_host_share_its_rate_while_they_have_data_queued() {
+    /// Two relayed sockets toward one host (loopback), registered with an
+    /// 80 Mb/s rate and `burst`; `keep` holds each with its peer end.
+    struct Host2 {
+        egress: Arc<LanEgress>,
+        keep: Vec<(Arc<TcpStream>, TcpStream)>,
+        regs: Vec<Registration>,
+        written: Vec<Arc<crate::collect::Counters>>,
+    }
+
+    async fn host_with_two_sockets(burst: u64) -> Host2 {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let egress = LanEgress::new(80_000_000, 0);
-        let mut keep = Vec::new();
-        let mut regs = Vec::new();
+        let egress = LanEgress::new(80_000_000, burst);
+        let (mut keep, mut regs) = (Vec::new(), Vec::new());
         let written: Vec<Arc<crate::collect::Counters>> = (0..2).map(|_| Arc::default()).collect();
         for w in &written {
             let c = Arc::new(TcpStream::connect(addr).await.unwrap());
@@ -307,6 +314,22 @@ mod tests {
             regs.push(egress.register(&c, w));
             keep.push((c, peer));
         }
+        Host2 {
+            egress,
+            keep,
+            regs,
+            written,
+        }
+    }
+
+    #[tokio::test]
+    async fn sockets_to_one_host_share_its_rate_while_they_have_data_queued() {
+        let Host2 {
+            egress,
+            keep,
+            mut regs,
+            written,
+        } = host_with_two_sockets(0).await;
         let pacing = |s: &TcpStream| {
             crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap()
                 as u32
@@ -353,18 +376,12 @@ mod tests {
 
     #[tokio::test]
     async fn sockets_keep_the_whole_rate_while_the_port_absorbs_what_they_hold() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let egress = LanEgress::new(80_000_000, 1 << 30);
-        let mut keep = Vec::new();
-        let mut regs = Vec::new();
-        let written: Vec<Arc<crate::collect::Counters>> = (0..2).map(|_| Arc::default()).collect();
-        for w in &written {
-            let c = Arc::new(TcpStream::connect(addr).await.unwrap());
-            let (peer, _) = l.accept().await.unwrap();
-            regs.push(egress.register(&c, w));
-            keep.push((c, peer));
-        }
+        let Host2 {
+            egress,
+            keep,
+            regs,
+            written,
+        } = host_with_two_sockets(1 << 30).await;
         let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
         written[0].written.fetch_add(n as u64, Ordering::Relaxed);
         {
