@@ -79,8 +79,9 @@ struct Host {
 struct Paced {
     id: u64,
     socket: Weak<TcpStream>,
-    activity: Weak<dyn super::Activity>,
-    /// Bytes written (`activity`) and the socket's queued bytes at the last reading.
+    /// Bytes the relay has written to it (its flow's `bytes_down`).
+    written: Arc<AtomicU64>,
+    /// `written` and the socket's queued bytes at the last reading.
     seen: u64,
     queued: u64,
     /// The rate last set on it (bytes/s), so unchanged shares cost no syscall.
@@ -151,10 +152,10 @@ impl LanEgress {
     /// socket's share; the next tick divides the host again (re-dividing here
     /// would read every socket of the host for each new flow: quadratic in a
     /// job's flows toward one host).
-    pub fn register<A: super::Activity + 'static>(
+    pub fn register(
         self: &Arc<Self>,
         s: &Arc<TcpStream>,
-        activity: &Arc<A>,
+        written: &Arc<AtomicU64>,
     ) -> Registration {
         let peer = match s.peer_addr() {
             Ok(a) if self.enabled() => a.ip(),
@@ -174,12 +175,10 @@ impl LanEgress {
         let ok =
             crate::tune::setsockopt_raw(&**s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes)
                 .is_ok();
-        let activity: Weak<dyn super::Activity> =
-            Arc::downgrade(activity) as Weak<dyn super::Activity>;
         host.sockets.push(Paced {
             id,
             socket: Arc::downgrade(s),
-            activity,
+            written: written.clone(),
             seen: 0,
             // Unknown until read: the first tick reads it.
             queued: u64::MAX,
@@ -218,27 +217,40 @@ impl LanEgress {
     /// changed; returns the smallest share.
     fn divide(&self, h: &mut Host) -> Option<u64> {
         let v = &mut h.sockets;
+        let before = v.len();
         v.retain(|p| p.socket.strong_count() > 0);
+        // Nothing written since the last reading, nothing queued then, no
+        // division in effect and no socket gone: every one keeps the whole rate
+        // (the common case for a host's idle flows, read without a system call).
+        let whole = (self.rate_bps / 8).max(1);
+        if v.len() == before
+            && h.busy == 0
+            && v.iter().all(|p| {
+                p.applied == whole && p.queued == 0 && p.written.load(Ordering::Relaxed) == p.seen
+            })
+        {
+            return Some(self.rate_bps);
+        }
         let live: Vec<Arc<TcpStream>> = v.iter().filter_map(|p| p.socket.upgrade()).collect();
         if live.len() != v.len() {
             return None; // one closed between the two lines; next tick
         }
-        // A lone socket needs no activity reading: it gets the whole rate.
-        let queued: Vec<u64> = if live.len() == 1 {
-            vec![0]
-        } else {
-            v.iter_mut()
-                .zip(&live)
-                .map(|(p, s)| {
-                    let w = p.activity.upgrade().map_or(u64::MAX, |a| a.written());
-                    if w != p.seen || p.queued != 0 {
-                        p.seen = w;
-                        p.queued = outq(&**s).map_or(0, |q| q.max(0) as u64);
-                    }
-                    p.queued
-                })
-                .collect()
-        };
+        // A lone socket needs no reading: it gets the whole rate.
+        let lone = live.len() == 1;
+        let queued: Vec<u64> = v
+            .iter_mut()
+            .zip(&live)
+            .map(|(p, s)| {
+                let w = p.written.load(Ordering::Relaxed);
+                if lone {
+                    (p.seen, p.queued) = (w, 0);
+                } else if w != p.seen || p.queued != 0 {
+                    p.seen = w;
+                    p.queued = outq(&**s).map_or(0, |q| q.max(0) as u64);
+                }
+                p.queued
+            })
+            .collect();
         let (rates, busy) = shares(self.rate_bps, self.burst_bytes, &queued);
         h.busy = busy;
         for ((p, s), &r) in v.iter_mut().zip(&live).zip(&rates) {
@@ -299,7 +311,7 @@ mod tests {
         egress: Arc<LanEgress>,
         keep: Vec<(Arc<TcpStream>, TcpStream)>,
         regs: Vec<Registration>,
-        written: Vec<Arc<crate::collect::Counters>>,
+        written: Vec<Arc<AtomicU64>>,
     }
 
     async fn host_with_two_sockets(burst: u64) -> Host2 {
@@ -307,7 +319,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let egress = LanEgress::new(80_000_000, burst);
         let (mut keep, mut regs) = (Vec::new(), Vec::new());
-        let written: Vec<Arc<crate::collect::Counters>> = (0..2).map(|_| Arc::default()).collect();
+        let written: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::default()).collect();
         for w in &written {
             let c = Arc::new(TcpStream::connect(addr).await.unwrap());
             let (peer, _) = l.accept().await.unwrap();
@@ -344,7 +356,7 @@ mod tests {
             egress.divide(hosts.by_ip.values_mut().next().unwrap());
         };
         let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
-        written[0].written.fetch_add(n as u64, Ordering::Relaxed);
+        written[0].fetch_add(n as u64, Ordering::Relaxed);
         tick();
         assert_eq!(pacing(&keep[0].0), 10_000_000);
         assert_eq!(pacing(&keep[1].0), 5_000_000);
@@ -353,7 +365,7 @@ mod tests {
         let n = keep[1].0.try_write(&vec![7u8; 256 << 10]).unwrap();
         tick();
         assert_eq!(pacing(&keep[1].0), 5_000_000);
-        written[1].written.fetch_add(n as u64, Ordering::Relaxed);
+        written[1].fetch_add(n as u64, Ordering::Relaxed);
         tick();
         assert_eq!(pacing(&keep[0].0), 5_000_000);
         assert_eq!(pacing(&keep[1].0), 5_000_000);
@@ -383,7 +395,7 @@ mod tests {
             written,
         } = host_with_two_sockets(1 << 30).await;
         let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
-        written[0].written.fetch_add(n as u64, Ordering::Relaxed);
+        written[0].fetch_add(n as u64, Ordering::Relaxed);
         {
             let mut hosts = egress.hosts.lock().unwrap();
             egress.divide(hosts.by_ip.values_mut().next().unwrap());

@@ -116,8 +116,9 @@ struct Registry {
 
 struct Entry {
     socket: Weak<TcpStream>,
-    /// Bytes the relay has read from it, and their count at the last reading.
-    activity: Weak<dyn super::Activity>,
+    /// Bytes the relay has read from it (its flow's `bytes_up`), and their
+    /// count at the last reading.
+    read: Arc<AtomicU64>,
     seen: u64,
     /// Its MSS, read once: it is fixed once the handshake is done.
     mss: usize,
@@ -279,11 +280,7 @@ impl LanWindows {
     /// Adds a relayed LAN socket to the division at once (every share may
     /// change, and a gather's flows all open before its data moves), from what
     /// the registry last read of the others.
-    pub fn register<A: super::Activity + 'static>(
-        self: &Arc<Self>,
-        s: &Arc<TcpStream>,
-        activity: &Arc<A>,
-    ) -> Registration {
+    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>, read: &Arc<AtomicU64>) -> Registration {
         if !self.enabled() {
             return Registration {
                 windows: self.clone(),
@@ -302,7 +299,7 @@ impl LanWindows {
             id,
             Entry {
                 socket: Arc::downgrade(s),
-                activity: Arc::downgrade(activity) as Weak<dyn super::Activity>,
+                read: read.clone(),
                 seen: 0,
                 mss,
                 grown: false,
@@ -344,7 +341,18 @@ impl LanWindows {
         }
         let before = reg.live.len();
         reg.live.retain(|_, e| e.socket.strong_count() > 0);
-        let mut changed = reg.live.len() != before;
+        let changed = reg.live.len() != before;
+        if read
+            && !changed
+            && reg
+                .live
+                .values()
+                .all(|e| e.applied.is_some() && e.read.load(Ordering::Relaxed) == e.seen)
+        {
+            // Nothing read, nothing gone: the last division and clamps stand
+            // (the common case for idle flows, checked without a system call).
+            return;
+        }
         let mut live: Vec<(&mut Entry, Arc<TcpStream>)> = reg
             .live
             .values_mut()
@@ -356,10 +364,9 @@ impl LanWindows {
         let flows: Vec<Flow> = live
             .iter_mut()
             .map(|(e, s)| {
-                let moved = e.activity.upgrade().map_or(u64::MAX, |a| a.read());
+                let moved = e.read.load(Ordering::Relaxed);
                 if read && (e.applied.is_none() || moved != e.seen) {
                     e.seen = moved;
-                    changed = true;
                     if let Ok(i) = crate::tune::tcp_info(&**s) {
                         e.grown |= i.bytes_received >= YOUNG_BYTES;
                         let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
@@ -377,10 +384,6 @@ impl LanWindows {
                 }
             })
             .collect();
-        if read && !changed {
-            // Nothing read, nothing gone: the last division and clamps stand.
-            return;
-        }
         let shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
         let (mut applied, mut sub, mut wide, mut smallest) = (0u64, 0u64, 0u64, usize::MAX);
         for (((e, s), (f, &share)), current) in

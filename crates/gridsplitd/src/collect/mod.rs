@@ -32,42 +32,6 @@ use crate::link::Link;
 use crate::wire::Frame;
 use crate::Shared;
 
-/// What the relay has moved through one LAN socket so far, so that the LAN
-/// controls' ticks read only sockets that moved bytes since they last looked
-/// (an idle flow then costs an atomic load, not a system call; a gateway may
-/// hold 10,000 flows). A flow's counters; tests use `Counters`.
-pub trait Activity: Send + Sync {
-    /// Bytes written to the LAN socket (toward the node).
-    fn written(&self) -> u64;
-    /// Bytes read from the LAN socket (from the node).
-    fn read(&self) -> u64;
-}
-
-impl Activity for Flow {
-    fn written(&self) -> u64 {
-        self.bytes_down.load(Ordering::Relaxed)
-    }
-    fn read(&self) -> u64 {
-        self.bytes_up.load(Ordering::Relaxed)
-    }
-}
-
-/// Counters kept by hand, for sockets not relayed by a flow (tests).
-#[derive(Default)]
-pub struct Counters {
-    pub written: std::sync::atomic::AtomicU64,
-    pub read: std::sync::atomic::AtomicU64,
-}
-
-impl Activity for Counters {
-    fn written(&self) -> u64 {
-        self.written.load(Ordering::Relaxed)
-    }
-    fn read(&self) -> u64 {
-        self.read.load(Ordering::Relaxed)
-    }
-}
-
 /// Extra time, beyond connect_timeout, we wait for OPEN_REPLY: one WAN round trip
 /// plus scheduling slack.
 const REPLY_SLACK: Duration = Duration::from_secs(2);
@@ -245,8 +209,8 @@ async fn serve_node(shared: Arc<Shared>, mut stream: TcpStream, node: SocketAddr
     shared.metrics.flows_opened.fetch_add(1, Ordering::Relaxed);
     crate::tune::apply_lan(&stream, &shared.cfg.lan);
     let stream = Arc::new(stream);
-    let _clamped = shared.lan_windows.register(&stream, &flow);
-    let _paced = shared.lan_egress.register(&stream, &flow);
+    let _clamped = shared.lan_windows.register(&stream, &flow.bytes_up);
+    let _paced = shared.lan_egress.register(&stream, &flow.bytes_down);
     flow::relay(flow, link, stream, None).await;
 }
 
@@ -405,7 +369,7 @@ pub async fn serve_remote_open(
     });
     crate::tune::apply_lan(&stream, &shared.cfg.lan);
     let stream = Arc::new(stream);
-    let _clamped = shared.lan_windows.register(&stream, &flow);
-    let _paced = shared.lan_egress.register(&stream, &flow);
+    let _clamped = shared.lan_windows.register(&stream, &flow.bytes_up);
+    let _paced = shared.lan_egress.register(&stream, &flow.bytes_down);
     flow::relay(flow, link, stream, rest).await;
 }

@@ -194,9 +194,9 @@ pub struct Flow {
     pub dst: SocketAddr,
     created: Instant,
     /// Application bytes read from the LAN socket.
-    pub bytes_up: AtomicU64,
+    pub bytes_up: Arc<AtomicU64>,
     /// Application bytes written to the LAN socket.
-    pub bytes_down: AtomicU64,
+    pub bytes_down: Arc<AtomicU64>,
     /// Application bytes put into WAN frames (counted by the scheduler's lease,
     /// where the bytes are already handled: no flow lookup on the link).
     pub bytes_out: AtomicU64,
@@ -294,8 +294,8 @@ impl Flow {
             src,
             dst,
             created: Instant::now(),
-            bytes_up: AtomicU64::new(0),
-            bytes_down: AtomicU64::new(0),
+            bytes_up: Arc::default(),
+            bytes_down: Arc::default(),
             bytes_out: AtomicU64::new(0),
             frames_out: AtomicU64::new(0),
         })
