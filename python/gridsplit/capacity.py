@@ -46,6 +46,12 @@ def lan_port_wire_bytes(topo: Topology, site: str, role: str = "gateway") -> flo
     return s.switch_buffer_bytes + s.host_nic_mbps(role) * 1e6 / 8 * LAN_RTT_S
 
 
+def lan_port_payload_bytes(topo: Topology, site: str, role: str = "gateway") -> int:
+    """`lan_port_wire_bytes` as payload (1448 of every 1514 wire bytes), less one
+    frame of slack for the ACKs and probes that share the port."""
+    return int(lan_port_wire_bytes(topo, site, role) * 1448 / 1514) - 1514
+
+
 def lan_window_budget(topo: Topology, site: str) -> int:
     """Payload bytes the switch port toward the gateway holds in flight without
     loss: its drop-tail buffer plus the LAN's bandwidth-delay product, counted in
@@ -55,7 +61,7 @@ def lan_window_budget(topo: Topology, site: str) -> int:
     `paper` it holds 16 senders at one segment). 0 when LAN tuning is off."""
     if not topo.gateways.lan_tuning:
         return 0
-    return max(int(lan_port_wire_bytes(topo, site) * 1448 / 1514) - 1514, 4096)
+    return max(lan_port_payload_bytes(topo, site), 4096)
 
 
 def lan_pacing_rate_bps(topo: Topology, site: str) -> int:
@@ -81,7 +87,7 @@ def lan_pacing_burst_bytes(topo: Topology, site: str) -> int:
     (its buffer plus the LAN's bandwidth-delay product, less one frame of slack, as
     `lan_window_budget` counts them). While a gateway's sockets toward one node hold no
     more than this queued in total, they are not divided (docs/design/lan-legs.md)."""
-    return max(int(lan_port_wire_bytes(topo, site, "node") * 1448 / 1514) - 1514, 0)
+    return max(lan_port_payload_bytes(topo, site, "node"), 0)
 
 
 def gateway_load_mbps(topo: Topology, site: str) -> float:
