@@ -56,7 +56,8 @@ pub struct LanEgress {
     /// Hosts whose sockets shared the rate at the last division (their
     /// queued bytes exceeded `burst_bytes`), for /status.
     pub hosts_shared: AtomicU64,
-    /// Divisions that found a host's sockets sharing, since start, for /status.
+    /// Overruns since start: times a host's sockets went from the whole rate
+    /// to sharing it, for /status.
     pub overruns: AtomicU64,
     /// The smallest per-socket rate last applied (bits/s), for /status.
     pub smallest_rate_bps: AtomicU64,
@@ -199,13 +200,16 @@ impl LanEgress {
             let mut hosts = self.hosts.lock().unwrap();
             let (mut shared, mut smallest) = (0u64, u64::MAX);
             for h in hosts.by_ip.values_mut() {
+                let was = h.busy;
                 if let Some(r) = self.divide(h) {
+                    if was == 0 && h.busy > 0 {
+                        self.overruns.fetch_add(1, Ordering::Relaxed);
+                    }
                     shared += u64::from(h.busy > 0 && h.sockets.len() > 1);
                     smallest = smallest.min(r);
                 }
             }
             self.hosts_shared.store(shared, Ordering::Relaxed);
-            self.overruns.fetch_add(shared, Ordering::Relaxed);
             if smallest != u64::MAX {
                 self.smallest_rate_bps.store(smallest, Ordering::Relaxed);
             }
