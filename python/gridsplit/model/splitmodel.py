@@ -38,7 +38,8 @@ from ..capacity import LAN_RTT_S, lan_window_budget, wan_streams
 from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
-                         recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex)
+                         recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex,
+                         clamp_share, clamped_flow_rate)
 
 # -- the grid ----------------------------------------------------------------
 
@@ -325,6 +326,13 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
         # Per step, how many rank pairs go from each site to each: a rank's NIC carries one message
         # of a step, the WAN links and gateways are shared by the step's pairs that cross them.
         steps = [Counter((names[i], names[(i + k) % P]) for i in range(P)) for k in range(1, P)]
+        # The sending gateway's LAN clamp divides its port's budget among every open relayed socket
+        # (a rank's connection to each relayed peer rank stays open), of which a step uses one per
+        # node: that flow runs at its share's window per LAN turn (clamped_flow_rate, §5.1 (g)).
+        clamp = {s.name: clamped_flow_rate(clamp_share(lan_window_budget(topo, s.name),
+                                                       s.nodes * sum(o.nodes for o in topo.sites if relay(s, o))
+                                                       // max(1, len(s.gateway_addrs))), Bps(s.nic_mbps))
+                 for s in topo.sites}
 
         def exchange(idle: float) -> dict[str, float]:
             """The steps' parts, each step's from its slowest pair."""
@@ -337,6 +345,8 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
                 times = []
                 for a, b in step:
                     share = min(rate / users.get(r, 1) for r, rate in route[(a, b)])
+                    if relay(site[a], site[b]):
+                        share = min(share, clamp[a])
                     if (a, b, share) not in memo:
                         memo[(a, b, share)] = _transfer(topo, job, site[a], site[b], relay(site[a], site[b]),
                                                         share, job.size, idle)

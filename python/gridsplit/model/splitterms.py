@@ -196,3 +196,38 @@ def half_duplex(budget: int, flows: int) -> bool:
     a 10 KB all-to-all of 36 flows per site, 804 KB per repetition through each gateway's port,
     measured 72-82 ms split against the 46 ms of a full-duplex NIC; docs/model.md §5.1 (f))."""
     return bool(budget) and flows > 0 and budget / flows < MSS
+
+
+# -- a clamped LAN leg in a pairwise exchange (docs/model.md §5.1 (g)) ----------------------------
+
+# The smallest receive window Linux clamps to (incast-windows.md, mechanism 3: "narrow" flows).
+NARROW_WINDOW = 1152
+# What one window of a clamped LAN flow waits between its first segment reaching the gateway and
+# the window update that lets the next one go: the gateway's relay reading the socket and the ACK
+# coming back, on a LAN whose propagation is next to nothing (LAN_RTT_S), so mostly host time
+# (wake-ups of the relay and of the sending rank on a loaded machine). Fitted, the one figure of
+# term (g), on the pairwise all-to-alls of every committed grid whose gateways clamp (docs/model.md
+# §5.1 (g)); it is this VM's, under the load of a lab of 7-12 ranks.
+LAN_TURN_S = 0.6e-3
+
+
+def clamp_share(budget: int, open_flows: int) -> float:
+    """The window a gateway's LAN clamp offers each of `open_flows` open LAN sockets: its port's
+    `budget` divided among them (incast-windows.md: every open socket gets a share, active or not),
+    never under the narrow floor. Infinite without clamps (budget 0) or flows."""
+    if not budget or open_flows <= 0:
+        return math.inf
+    return max(float(NARROW_WINDOW), budget / open_flows)
+
+
+def clamped_flow_rate(window: float, rate: float, turn: float = LAN_TURN_S) -> float:
+    """Bytes/s one LAN flow held to `window` bytes keeps into its gateway: a window's first segment
+    (at most MSS, the whole window when narrower) crosses at the node's `rate`, its ACK comes back
+    `turn` later with the window update, so the flow holds `window` per round trip of
+    min(window, MSS)/rate + turn, and never more than `rate`. Sized for a gather, where every
+    open flow sends at once and their windows add up to the port's budget, the clamp costs nothing;
+    in a pairwise all-to-all step only one of a node's many open relayed sockets is active, and it
+    runs at this rate."""
+    if not math.isfinite(window):
+        return rate
+    return min(rate, window / (min(window, MSS) / rate + turn))

@@ -36,12 +36,16 @@ TARGET_ERROR = 0.10       # median |predicted - measured| of split/direct
 # measured at 7e0c64e; revealed since, and the fan-in and fed-port terms were fitted on it
 # (docs/model.md §5.1 (e), (f)), so it now counts among the fitted files.
 REVEALED = ("results/matrix/2026-11-26-holdout/gather.jsonl", "results/matrix/2026-11-26-holdout/alltoall.jsonl")
+# The second held-out set, issue 21's evidence matrix (predicted at 5248eb7, scored in
+# results/model/2026-11-26-evidence-score), revealed since; the clamped-LAN term (§5.1 (g)) was
+# fitted on it and on the grids above, so its files are fitted files too.
+REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
-# the evidence matrix (results/model/2026-11-26-evidence-predictions holds the predictions).
-HELD_OUT_DIR = "results/matrix/2026-11-26-evidence"
+# the third held-out grid (results/model/2026-11-27-holdout3-predictions holds the predictions).
+HELD_OUT_DIR = "results/matrix/2026-11-27-holdout3"
 HELD_OUT_GLOB = HELD_OUT_DIR + "/*.jsonl"
 # The committed measurements this validation reads by default (relative to the repository), and
-# every JSONL of HELD_OUT_DIR (default_files).
+# every JSONL of REVEALED_GLOB and HELD_OUT_DIR (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/bench/2026-11-26-paper-gather-check/gather.jsonl",
                  "results/matrix/2026-11-26-lossy-gather/gather.jsonl",
@@ -69,6 +73,9 @@ def topology_from_meta(d: dict[str, Any], src: str) -> Topology:
         wans = [{"sites": [w["a"], w["b"]], "delay_ms_ab": w["delay_ms_ab"], "delay_ms_ba": w["delay_ms_ba"],
                  "rate_mbps": w["rate_mbps"], "buffer_bytes": w["buffer_bytes"], "loss": w["loss"]} for w in d["wan"]]
         gw = {k: v for k, v in (d.get("gateways") or {}).items() if not (k == "wan_streams" and v == 0)}
+        # Rows written before the gateways paced their LAN sockets per host have no `lan_pacing`: those
+        # gateways did not pace, so the key reads "off" there, not today's default.
+        gw.setdefault("lan_pacing", "off")
         return parse_topology({"name": d["name"], "site": sites, "wan": wans, "gateways": gw}, f"{src} (meta row)")
     except (KeyError, TypeError) as e:
         raise GridsplitError(f"{src}: the meta row does not describe a topology ({e}); was it written by `gridsplit bench`?") from None
@@ -76,7 +83,7 @@ def topology_from_meta(d: dict[str, Any], src: str) -> Topology:
 
 def default_files(root: Path) -> list[Path]:
     """DEFAULT_FILES and the held-out measurements that exist, under the repository `root`."""
-    return [root / f for f in DEFAULT_FILES] + sorted(root.glob(HELD_OUT_GLOB))
+    return [root / f for f in DEFAULT_FILES] + sorted(root.glob(REVEALED_GLOB)) + sorted(root.glob(HELD_OUT_GLOB))
 
 
 def held_out(name: str) -> bool:
