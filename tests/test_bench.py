@@ -66,9 +66,10 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
             assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True, "lan_pacing": "auto",
                                     "wan_streams": 0, "split": "policy"}
     # 200 KB from two nodes moves 400 KB per gather across the WAN: in split mode that
-    # is the gateways' data, so their CPU was used.
+    # is the gateways' data, so their CPU was used. /proc counts it in 10 ms ticks, which one
+    # point's 2 MB may not fill on a quiet machine: summed over the big points (both MPIs).
     big = [r for r in points if r["mode"] == "split" and r["size_bytes"] == 200_000 and r["nodes"] == 2]
-    assert all(sum(g["cpu_s"] for g in r["cpu"]["gateways"].values()) > 0 for r in big)
+    assert len(big) == 2 and sum(g["cpu_s"] for r in big for g in r["cpu"]["gateways"].values()) > 0
     # ... and the kernel ran softirqs in their context (their sends and window updates).
     assert all(sum(g["softirq_s"] for g in r["cpu"]["gateways"].values()) > 0 for r in big)
     s = summarize(points)

@@ -205,7 +205,8 @@ def sshd_lab(lab, tmp_path_factory):
         yield key
 
 
-def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"], extra: str = "", east_extra: str = "") -> Path:
+def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"], extra: str = "", east_extra: str = "",
+               impl: str = "openmpi") -> Path:
     from gridsplit.lab.names import LabNames
     state_dir = LabNames.from_env().state_dir
     f = tmp_path / "hosts.toml"
@@ -214,7 +215,7 @@ def hosts_file(tmp_path: Path, key: Path, east: str = HOSTS["east-1"], extra: st
         f'[ssh]\ncommand = ["ip", "netns", "exec", "{PREFIX}-east-1", "ssh"]\nuser = "root"\nconnect_timeout = 3\n'
         f'options = ["-i", "{key}", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", '
         '"-o", "LogLevel=ERROR"]\n'
-        '[mpi]\nimpl = ["openmpi"]\nopenmpi = "mpirun.openmpi"\ntcp_if_include = "10.71.0.0/16"\n'
+        f'[mpi]\nimpl = ["{impl}"]\nopenmpi = "mpirun.openmpi"\nmpich = "mpiexec.mpich"\ntcp_if_include = "10.71.0.0/16"\n'
         f'nodes_config = "{state_dir / "nodes.conf"}"\n{extra}'
         f'[[site]]\nname = "east"\nhosts = ["{east}"]\ngateway = "{HOSTS["east-gw"]}"\n{east_extra}'
         f'[[site]]\nname = "west"\nhosts = ["{HOSTS["west-1"]}"]\ngateway = "{HOSTS["west-gw"]}"\n')
@@ -251,6 +252,23 @@ def test_gather_on_hosts_over_ssh_direct_and_split(sshd_lab, tmp_path):
     assert sent["split"] > 5 * 1e6 / 1448 and sent["direct"] < sent["split"] / 10, sent
     assert set(split["cpu"]["gateways"]) == {"east", "west"} and split["cpu"]["gateways"]["east"]["cpu_s"] > 0
     assert split["variant"]["strategy"] and direct["variant"] is None
+
+
+@pytest.mark.lab
+def test_mpich_gather_on_hosts_over_ssh_direct_and_split(sshd_lab, tmp_path):
+    # MPICH's hydra launches from the root rank's host with its own ssh, one program as its
+    # rsh; UCX_TLS=tcp,self reaches the ranks (HostsGrid.rank_env), the split env too.
+    out = tmp_path / "m.jsonl"
+    cp = gridsplit("bench", "gather", "--hosts", str(hosts_file(tmp_path, sshd_lab, impl="mpich")), "--nodes", "1",
+                   "--impl", "mpich", "--sizes", "1M", "--reps", "5", "--budget", "0", "--check", "--no-report",
+                   "--out", str(out), timeout=300)
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    points = [r for r in rows if r["kind"] == "point"]
+    assert [(r["mode"], r["impl"]) for r in points] == [("direct", "mpich"), ("split", "mpich")], cp.stdout
+    assert all(r["verified"] is True and r["reps"] == 5 and r["total_s"] > 0 for r in points), points
+    sent = {r["mode"]: sum(r["counters"]["by_host"].get(HOSTS[g], {}).get("OutSegs", 0) for g in ("east-gw", "west-gw"))
+            for r in points}
+    assert sent["split"] > 5 * 1e6 / 1448 and sent["direct"] < sent["split"] / 10, sent
 
 
 @pytest.mark.lab
