@@ -43,6 +43,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::net::TcpStream;
 
+use crate::flow::LanBytes;
+
 /// How often the division follows the sockets' activity: at 100 Mb/s a new
 /// flow at its idle share sends a few kilobytes in this time.
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
@@ -61,12 +63,20 @@ pub struct LanEgress {
     pub overruns: AtomicU64,
     /// The smallest per-socket rate last applied (bits/s), for /status.
     pub smallest_rate_bps: AtomicU64,
+    /// Writes to every registered socket's flow (LanBytes::tally_into):
+    /// unchanged since an idle tick, the next one has nothing to look at.
+    moves: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
 struct Hosts {
     next: u64,
     by_ip: HashMap<IpAddr, Host>,
+    /// Registrations and removals so far.
+    changes: u64,
+    /// (moves, changes) when a tick last found every host idle (nothing
+    /// written or queued, whole rates); while both stay so, ticks return at once.
+    idle_at: Option<(u64, u64)>,
 }
 
 #[derive(Default)]
@@ -81,7 +91,7 @@ struct Paced {
     id: u64,
     socket: Weak<TcpStream>,
     /// Bytes the relay has written to it (its flow's `bytes_down`).
-    written: Arc<AtomicU64>,
+    written: Arc<LanBytes>,
     /// `written` and the socket's queued bytes at the last reading.
     seen: u64,
     queued: u64,
@@ -99,6 +109,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         if let Some((ip, id)) = self.key {
             let mut hosts = self.egress.hosts.lock().unwrap();
+            hosts.changes += 1;
             if let Some(h) = hosts.by_ip.get_mut(&ip) {
                 h.sockets.retain(|p| p.id != id);
                 if h.sockets.is_empty() {
@@ -142,6 +153,7 @@ impl LanEgress {
             hosts_shared: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
             smallest_rate_bps: AtomicU64::new(0),
+            moves: Arc::default(),
         })
     }
 
@@ -153,11 +165,7 @@ impl LanEgress {
     /// socket's share; the next tick divides the host again (re-dividing here
     /// would read every socket of the host for each new flow: quadratic in a
     /// job's flows toward one host).
-    pub fn register(
-        self: &Arc<Self>,
-        s: &Arc<TcpStream>,
-        written: &Arc<AtomicU64>,
-    ) -> Registration {
+    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>, written: &Arc<LanBytes>) -> Registration {
         let peer = match s.peer_addr() {
             Ok(a) if self.enabled() => a.ip(),
             _ => {
@@ -167,9 +175,11 @@ impl LanEgress {
                 }
             }
         };
+        written.tally_into(&self.moves);
         let mut hosts = self.hosts.lock().unwrap();
         let id = hosts.next;
         hosts.next += 1;
+        hosts.changes += 1;
         let host = hosts.by_ip.entry(peer).or_default();
         let bytes = (self.rate_bps / (host.busy + 1) / 8).max(1);
         // Best effort, as in `divide`.
@@ -196,30 +206,42 @@ impl LanEgress {
         if !self.enabled() {
             return;
         }
-        super::every(TICK, stopping, || {
-            let mut hosts = self.hosts.lock().unwrap();
-            let (mut shared, mut smallest) = (0u64, u64::MAX);
-            for h in hosts.by_ip.values_mut() {
-                let was = h.busy;
-                if let Some(r) = self.divide(h) {
-                    if was == 0 && h.busy > 0 {
-                        self.overruns.fetch_add(1, Ordering::Relaxed);
-                    }
-                    shared += u64::from(h.busy > 0 && h.sockets.len() > 1);
-                    smallest = smallest.min(r);
+        super::every(TICK, stopping, || self.tick()).await
+    }
+
+    /// One tick: divides each host's rate, unless nothing was written and
+    /// nothing registered or removed since a tick that found every host idle
+    /// (then it costs one atomic load, however many sockets are open).
+    fn tick(&self) {
+        let mut hosts = self.hosts.lock().unwrap();
+        let mark = (self.moves.load(Ordering::Relaxed), hosts.changes);
+        if hosts.idle_at == Some(mark) {
+            return;
+        }
+        let (mut shared, mut smallest, mut idle) = (0u64, u64::MAX, true);
+        for h in hosts.by_ip.values_mut() {
+            let was = h.busy;
+            let (r, quiet) = self.divide(h);
+            idle &= quiet;
+            if let Some(r) = r {
+                if was == 0 && h.busy > 0 {
+                    self.overruns.fetch_add(1, Ordering::Relaxed);
                 }
+                shared += u64::from(h.busy > 0 && h.sockets.len() > 1);
+                smallest = smallest.min(r);
             }
-            self.hosts_shared.store(shared, Ordering::Relaxed);
-            if smallest != u64::MAX {
-                self.smallest_rate_bps.store(smallest, Ordering::Relaxed);
-            }
-        })
-        .await
+        }
+        hosts.idle_at = idle.then_some(mark);
+        self.hosts_shared.store(shared, Ordering::Relaxed);
+        if smallest != u64::MAX {
+            self.smallest_rate_bps.store(smallest, Ordering::Relaxed);
+        }
     }
 
     /// Divides the rate among one host's sockets and applies the shares that
-    /// changed; returns the smallest share.
-    fn divide(&self, h: &mut Host) -> Option<u64> {
+    /// changed; returns the smallest share, and whether the host was idle
+    /// (nothing written or queued, every socket at the whole rate).
+    fn divide(&self, h: &mut Host) -> (Option<u64>, bool) {
         let v = &mut h.sockets;
         let before = v.len();
         v.retain(|p| p.socket.strong_count() > 0);
@@ -229,15 +251,14 @@ impl LanEgress {
         let whole = (self.rate_bps / 8).max(1);
         if v.len() == before
             && h.busy == 0
-            && v.iter().all(|p| {
-                p.applied == whole && p.queued == 0 && p.written.load(Ordering::Relaxed) == p.seen
-            })
+            && v.iter()
+                .all(|p| p.applied == whole && p.queued == 0 && p.written.get() == p.seen)
         {
-            return Some(self.rate_bps);
+            return (Some(self.rate_bps), true);
         }
         let live: Vec<Arc<TcpStream>> = v.iter().filter_map(|p| p.socket.upgrade()).collect();
         if live.len() != v.len() {
-            return None; // one closed between the two lines; next tick
+            return (None, false); // one closed between the two lines; next tick
         }
         // A lone socket needs no reading: it gets the whole rate.
         let lone = live.len() == 1;
@@ -245,7 +266,7 @@ impl LanEgress {
             .iter_mut()
             .zip(&live)
             .map(|(p, s)| {
-                let w = p.written.load(Ordering::Relaxed);
+                let w = p.written.get();
                 if lone {
                     (p.seen, p.queued) = (w, 0);
                 } else if w != p.seen || p.queued != 0 {
@@ -272,7 +293,7 @@ impl LanEgress {
                 p.applied = bytes;
             }
         }
-        rates.into_iter().min()
+        (rates.into_iter().min(), false)
     }
 }
 
@@ -315,7 +336,7 @@ mod tests {
         egress: Arc<LanEgress>,
         keep: Vec<(Arc<TcpStream>, TcpStream)>,
         regs: Vec<Registration>,
-        written: Vec<Arc<AtomicU64>>,
+        written: Vec<Arc<LanBytes>>,
     }
 
     async fn host_with_two_sockets(burst: u64) -> Host2 {
@@ -323,7 +344,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let egress = LanEgress::new(80_000_000, burst);
         let (mut keep, mut regs) = (Vec::new(), Vec::new());
-        let written: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::default()).collect();
+        let written: Vec<Arc<LanBytes>> = (0..2).map(|_| Arc::default()).collect();
         for w in &written {
             let c = Arc::new(TcpStream::connect(addr).await.unwrap());
             let (peer, _) = l.accept().await.unwrap();
@@ -360,7 +381,7 @@ mod tests {
             egress.divide(hosts.by_ip.values_mut().next().unwrap());
         };
         let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
-        written[0].fetch_add(n as u64, Ordering::Relaxed);
+        written[0].add(n as u64);
         tick();
         assert_eq!(pacing(&keep[0].0), 10_000_000);
         assert_eq!(pacing(&keep[1].0), 5_000_000);
@@ -369,7 +390,7 @@ mod tests {
         let n = keep[1].0.try_write(&vec![7u8; 256 << 10]).unwrap();
         tick();
         assert_eq!(pacing(&keep[1].0), 5_000_000);
-        written[1].fetch_add(n as u64, Ordering::Relaxed);
+        written[1].add(n as u64);
         tick();
         assert_eq!(pacing(&keep[0].0), 5_000_000);
         assert_eq!(pacing(&keep[1].0), 5_000_000);
@@ -391,6 +412,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_idle_gateways_tick_looks_at_no_socket_until_a_flow_moves_bytes() {
+        let Host2 {
+            egress,
+            keep,
+            regs,
+            written,
+        } = host_with_two_sockets(0).await;
+        let idle = || egress.hosts.lock().unwrap().idle_at.is_some();
+        // The first tick reads the new sockets' queues (unknown until then);
+        // the second finds them idle.
+        egress.tick();
+        assert!(!idle());
+        egress.tick();
+        assert!(idle());
+        // Bytes queued behind the relay's back: the tick does not look.
+        let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
+        egress.tick();
+        assert!(idle());
+        let pacing = |s: &TcpStream| {
+            crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap()
+                as u32
+        };
+        assert_eq!(pacing(&keep[1].0), 10_000_000);
+        // The relay's write counts in the tally: the next tick divides.
+        written[0].add(n as u64);
+        egress.tick();
+        assert!(!idle());
+        assert_eq!(pacing(&keep[1].0), 5_000_000);
+        drop(regs);
+    }
+
+    #[tokio::test]
     async fn sockets_keep_the_whole_rate_while_the_port_absorbs_what_they_hold() {
         let Host2 {
             egress,
@@ -399,7 +452,7 @@ mod tests {
             written,
         } = host_with_two_sockets(1 << 30).await;
         let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
-        written[0].fetch_add(n as u64, Ordering::Relaxed);
+        written[0].add(n as u64);
         {
             let mut hosts = egress.hosts.lock().unwrap();
             egress.divide(hosts.by_ip.values_mut().next().unwrap());

@@ -64,6 +64,8 @@ use std::sync::{Arc, Mutex, Weak};
 use socket2::SockRef;
 use tokio::net::TcpStream;
 
+use crate::flow::LanBytes;
+
 /// Segments a whole-segment share never goes below (see the module comment).
 const FLOOR_SEGMENTS: usize = 1;
 /// The smallest sub-segment share: the window Linux keeps at its smallest
@@ -106,19 +108,27 @@ pub struct LanWindows {
     pub sockets_sub_segment: AtomicU64,
     /// Of those, sockets counted as wide (offered two segments or more), for /status.
     pub sockets_wide: AtomicU64,
+    /// Reads of every registered socket's flow (LanBytes::tally_into): unchanged
+    /// since an idle tick, the next one has nothing to look at.
+    moves: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
 struct Registry {
     next: u64,
     live: HashMap<u64, Entry>,
+    /// Registrations and removals so far.
+    changes: u64,
+    /// (moves, changes) when a tick last found nothing read and every clamp in
+    /// place; while both stay so, ticks return at once.
+    idle_at: Option<(u64, u64)>,
 }
 
 struct Entry {
     socket: Weak<TcpStream>,
     /// Bytes the relay has read from it (its flow's `bytes_up`), and their
     /// count at the last reading.
-    read: Arc<AtomicU64>,
+    read: Arc<LanBytes>,
     seen: u64,
     /// Its MSS, read once: it is fixed once the handshake is done.
     mss: usize,
@@ -153,6 +163,7 @@ impl Drop for Registration {
         if let Some(id) = self.id {
             let mut reg = self.windows.sockets.lock().unwrap();
             reg.live.remove(&id);
+            reg.changes += 1;
             self.windows.apply(&mut reg, false);
         }
     }
@@ -270,6 +281,7 @@ impl LanWindows {
             sockets_clamped: AtomicU64::new(0),
             sockets_sub_segment: AtomicU64::new(0),
             sockets_wide: AtomicU64::new(0),
+            moves: Arc::default(),
         })
     }
 
@@ -280,16 +292,18 @@ impl LanWindows {
     /// Adds a relayed LAN socket to the division at once (every share may
     /// change, and a gather's flows all open before its data moves), from what
     /// the registry last read of the others.
-    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>, read: &Arc<AtomicU64>) -> Registration {
+    pub fn register(self: &Arc<Self>, s: &Arc<TcpStream>, read: &Arc<LanBytes>) -> Registration {
         if !self.enabled() {
             return Registration {
                 windows: self.clone(),
                 id: None,
             };
         }
+        read.tally_into(&self.moves);
         let mut reg = self.sockets.lock().unwrap();
         let id = reg.next;
         reg.next += 1;
+        reg.changes += 1;
         let mss = SockRef::from(&**s)
             .tcp_mss()
             .ok()
@@ -322,22 +336,33 @@ impl LanWindows {
         if self.budget == 0 {
             return;
         }
-        super::every(TICK, stopping, || {
-            let mut reg = self.sockets.lock().unwrap();
-            if !reg.live.is_empty() {
-                self.apply(&mut reg, true);
-            }
-        })
-        .await
+        super::every(TICK, stopping, || self.tick()).await
+    }
+
+    /// One tick: re-divides unless nothing was read and nothing registered or
+    /// removed since a tick that found every socket idle and clamped (then
+    /// it costs one atomic load, however many sockets are open).
+    fn tick(&self) {
+        let mut reg = self.sockets.lock().unwrap();
+        if reg.live.is_empty() {
+            return;
+        }
+        let mark = (self.moves.load(Ordering::Relaxed), reg.changes);
+        if reg.idle_at == Some(mark) {
+            return;
+        }
+        let idle = self.apply(&mut reg, true);
+        reg.idle_at = idle.then_some(mark);
     }
 
     /// Updates each socket's widest offer, divides the budget (`divide`) and
     /// clamps the sockets whose share changed or whose clamp drifted. `read`:
     /// read the sockets that moved bytes since the last look (the tick); else
-    /// divide on what was last read, and clamp only new shares.
-    fn apply(&self, reg: &mut Registry, read: bool) {
+    /// divide on what was last read, and clamp only new shares. True when a
+    /// tick found nothing to do: nothing read, nothing gone, every socket clamped.
+    fn apply(&self, reg: &mut Registry, read: bool) -> bool {
         if self.budget == 0 {
-            return;
+            return false;
         }
         let before = reg.live.len();
         reg.live.retain(|_, e| e.socket.strong_count() > 0);
@@ -347,11 +372,11 @@ impl LanWindows {
             && reg
                 .live
                 .values()
-                .all(|e| e.applied.is_some() && e.read.load(Ordering::Relaxed) == e.seen)
+                .all(|e| e.applied.is_some() && e.read.get() == e.seen)
         {
             // Nothing read, nothing gone: the last division and clamps stand
             // (the common case for idle flows, checked without a system call).
-            return;
+            return true;
         }
         let mut live: Vec<(&mut Entry, Arc<TcpStream>)> = reg
             .live
@@ -364,7 +389,7 @@ impl LanWindows {
         let flows: Vec<Flow> = live
             .iter_mut()
             .map(|(e, s)| {
-                let moved = e.read.load(Ordering::Relaxed);
+                let moved = e.read.get();
                 if read && (e.applied.is_none() || moved != e.seen) {
                     e.seen = moved;
                     if let Ok(i) = crate::tune::tcp_info(&**s) {
@@ -408,6 +433,7 @@ impl LanWindows {
         if applied > 0 {
             self.share.store(smallest as u64, Ordering::Relaxed);
         }
+        false
     }
 }
 

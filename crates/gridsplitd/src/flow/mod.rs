@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -171,6 +171,37 @@ impl RxState {
     }
 }
 
+/// Application bytes moved through a flow's LAN socket in one direction. The
+/// LAN controls (collect/incast.rs, collect/egress.rs) read each socket's count
+/// to tell which sockets moved data since their last tick; each also has every
+/// move counted in a gateway-wide tally of its own, so that a tick on a gateway
+/// whose flows are all idle sees that nothing moved without visiting each
+/// socket (docs/design/lan-legs.md, "Idle flows at scale").
+#[derive(Debug, Default)]
+pub struct LanBytes {
+    bytes: AtomicU64,
+    tally: OnceLock<Arc<AtomicU64>>,
+}
+
+impl LanBytes {
+    pub fn add(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+        if let Some(t) = self.tally.get() {
+            t.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Counts each later move in `tally` too (set once, by the LAN control
+    /// that registers the socket; a second call is ignored).
+    pub fn tally_into(&self, tally: &Arc<AtomicU64>) {
+        let _ = self.tally.set(tally.clone());
+    }
+}
+
 pub struct Flow {
     pub id: FlowId,
     tx: Mutex<TxState>,
@@ -194,9 +225,9 @@ pub struct Flow {
     pub dst: SocketAddr,
     created: Instant,
     /// Application bytes read from the LAN socket.
-    pub bytes_up: Arc<AtomicU64>,
+    pub bytes_up: Arc<LanBytes>,
     /// Application bytes written to the LAN socket.
-    pub bytes_down: Arc<AtomicU64>,
+    pub bytes_down: Arc<LanBytes>,
     /// Application bytes put into WAN frames (counted by the scheduler's lease,
     /// where the bytes are already handled: no flow lookup on the link).
     pub bytes_out: AtomicU64,
@@ -332,7 +363,7 @@ impl Flow {
             src: self.src.to_string(),
             dst: self.dst.to_string(),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
-            bytes_in: self.bytes_down.load(Ordering::Relaxed),
+            bytes_in: self.bytes_down.get(),
             queued_bytes: queued_out + queued_in,
             queued_out,
             queued_in,
@@ -473,7 +504,7 @@ impl Flow {
         if !complete {
             m.lan_direct_partial.fetch_add(1, Ordering::Relaxed);
         }
-        self.bytes_down.fetch_add(written as u64, Ordering::Relaxed);
+        self.bytes_down.add(written as u64);
         if wake {
             self.rx_wake.notify_one();
         }

@@ -174,7 +174,7 @@ async fn lan_to_wan<L: Carrier>(flow: &Arc<Flow>, link: &Arc<L>, s: &TcpStream) 
             Ok(k) => {
                 tracing::trace!(flow = flow.id, k, "LAN read");
                 flow.tx.lock().unwrap().credit -= k as u64;
-                flow.bytes_up.fetch_add(k as u64, Ordering::Relaxed);
+                flow.bytes_up.add(k as u64);
                 // k <= n <= chunk_max <= max_data: a small read always fits a frame.
                 if k <= FAST_MAX {
                     buf[..DATA_PREFIX].copy_from_slice(&data_prefix(flow.id, k));
@@ -270,7 +270,7 @@ async fn wan_to_lan<L: Carrier>(flow: &Arc<Flow>, link: &Arc<L>, s: &Arc<TcpStre
             let mut rx = flow.rx.lock().unwrap();
             flow.end_write(&mut rx, &mut batch, written)
         };
-        flow.bytes_down.fetch_add(written as u64, Ordering::Relaxed);
+        flow.bytes_down.add(written as u64);
         link.metrics()
             .lan_queued_writes
             .fetch_add(1, Ordering::Relaxed);

@@ -9,7 +9,7 @@ fn window_clamp(s: &TcpStream) -> usize {
 }
 
 /// The bytes-read counter of a socket the test reads by hand (bumped where it does).
-fn counters() -> Arc<AtomicU64> {
+fn counters() -> Arc<LanBytes> {
     Arc::default()
 }
 
@@ -47,6 +47,37 @@ async fn shares_follow_the_number_of_open_sockets() {
     assert_eq!(window_clamp(&d), whole(600_000));
     drop(ra);
     assert_eq!(w.sockets_clamped.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn an_idle_gateways_tick_looks_at_no_socket_until_a_flow_moves_bytes() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let w = LanWindows::new(1_200_000, 4 << 20, true);
+    let (a, _ca) = pair(&l).await;
+    let read = counters();
+    let _ra = w.register(&a, &read);
+    let idle = || w.sockets.lock().unwrap().idle_at.is_some();
+    // Registered and clamped, nothing read: the first tick finds it idle, and
+    // the next ones stop there.
+    w.tick();
+    assert!(idle());
+    w.tick();
+    assert!(idle());
+    // The relay read from it (its count moves the tally): the tick looks again,
+    // then finds it idle once more.
+    read.add(100);
+    w.tick();
+    assert!(!idle());
+    w.tick();
+    assert!(idle());
+    // A new socket changes the division: looked at again.
+    let (b, _cb) = pair(&l).await;
+    let _rb = w.register(&b, &counters());
+    let reg = w.sockets.lock().unwrap();
+    assert_ne!(
+        reg.idle_at,
+        Some((w.moves.load(Ordering::Relaxed), reg.changes))
+    );
 }
 
 const NARROW: Flow = Flow {
@@ -179,7 +210,7 @@ async fn young_sockets_are_held_narrow() {
                 a.readable().await.unwrap();
                 if let Ok(n) = a.try_read(&mut buf[got..]) {
                     got += n;
-                    moved.fetch_add(n as u64, Ordering::Relaxed);
+                    moved.add(n as u64);
                 }
             }
         }
@@ -235,7 +266,7 @@ async fn the_window_stays_clamped_under_load() {
                     Ok(0) => break,
                     Ok(n) => {
                         total += n;
-                        moved.fetch_add(n as u64, Ordering::Relaxed);
+                        moved.add(n as u64);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => panic!("{e}"),
