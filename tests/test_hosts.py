@@ -282,14 +282,15 @@ def test_host_that_does_not_answer_ssh_is_one_line(sshd_lab, tmp_path):
 
 
 @pytest.mark.lab
-def test_app_on_hosts_over_ssh(sshd_lab, tmp_path):
+@pytest.mark.parametrize("impl", ["openmpi", "mpich"])
+def test_app_on_hosts_over_ssh(sshd_lab, tmp_path, impl):
     # A user's command, its ranks in a directory of the run's own on each host (copied there
     # and back over ssh), the rank wrapper's CPU records among what comes back.
-    toy = ROOT / "build" / "mpi" / "openmpi" / "apptoy"
+    toy = ROOT / "build" / "mpi" / impl / "apptoy"
     if not toy.exists():
         pytest.skip("mpi/apptoy not built (make build)")
     out = tmp_path / "app.jsonl"
-    gridsplit("bench", "app", "--hosts", str(hosts_file(tmp_path, sshd_lab)), "-k", "1", "-n", "2",
+    gridsplit("bench", "app", "--hosts", str(hosts_file(tmp_path, sshd_lab, impl=impl)), "--impl", impl, "-k", "1", "-n", "2",
               "--time-pattern", r"apptoy: time ([0-9.]+) s", "--pass-pattern", r"apptoy: check PASSED",
               "--out", str(out), "--no-report", "--", str(toy), "-r", "3", timeout=240)
     rows = [json.loads(l) for l in out.read_text().splitlines()]
