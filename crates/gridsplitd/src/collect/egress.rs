@@ -35,7 +35,7 @@
 //! The registry keeps weak references, as collect/incast.rs does, so a socket
 //! that closes is never touched again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::net::TcpStream;
 
-use crate::flow::LanBytes;
+use crate::flow::{LanBytes, Moves};
 
 /// How often the division follows the sockets' activity: at 100 Mb/s a new
 /// flow at its idle share sends a few kilobytes in this time.
@@ -63,20 +63,20 @@ pub struct LanEgress {
     pub overruns: AtomicU64,
     /// The smallest per-socket rate last applied (bits/s), for /status.
     pub smallest_rate_bps: AtomicU64,
-    /// Writes to every registered socket's flow (LanBytes::tally_into):
-    /// unchanged since an idle tick, the next one has nothing to look at.
-    moves: Arc<AtomicU64>,
+    /// The registered sockets the relay wrote to since the last tick.
+    moves: Arc<Moves>,
 }
 
 #[derive(Default)]
 struct Hosts {
     next: u64,
     by_ip: HashMap<IpAddr, Host>,
-    /// Registrations and removals so far.
-    changes: u64,
-    /// (moves, changes) when a tick last found every host idle (nothing
-    /// written or queued, whole rates); while both stay so, ticks return at once.
-    idle_at: Option<(u64, u64)>,
+    /// Each registered socket's host.
+    host_of: HashMap<u64, IpAddr>,
+    /// The hosts the next tick divides: a socket of theirs was written to,
+    /// opened or closed, or at the last division they had bytes queued or
+    /// shared the rate. The others are idle at the whole rate.
+    hot: HashSet<IpAddr>,
 }
 
 #[derive(Default)]
@@ -109,11 +109,14 @@ impl Drop for Registration {
     fn drop(&mut self) {
         if let Some((ip, id)) = self.key {
             let mut hosts = self.egress.hosts.lock().unwrap();
-            hosts.changes += 1;
+            hosts.host_of.remove(&id);
             if let Some(h) = hosts.by_ip.get_mut(&ip) {
                 h.sockets.retain(|p| p.id != id);
                 if h.sockets.is_empty() {
                     hosts.by_ip.remove(&ip);
+                    hosts.hot.remove(&ip);
+                } else {
+                    hosts.hot.insert(ip);
                 }
             }
         }
@@ -175,11 +178,12 @@ impl LanEgress {
                 }
             }
         };
-        written.tally_into(&self.moves);
         let mut hosts = self.hosts.lock().unwrap();
         let id = hosts.next;
         hosts.next += 1;
-        hosts.changes += 1;
+        written.watch(&self.moves, id);
+        hosts.host_of.insert(id, peer);
+        hosts.hot.insert(peer);
         let host = hosts.by_ip.entry(peer).or_default();
         let bytes = (self.rate_bps / (host.busy + 1) / 8).max(1);
         // Best effort, as in `divide`.
@@ -201,7 +205,7 @@ impl LanEgress {
         }
     }
 
-    /// Re-divides every TICK while the gateway runs.
+    /// Divides the hosts that need it every TICK while the gateway runs.
     pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
         if !self.enabled() {
             return;
@@ -209,20 +213,33 @@ impl LanEgress {
         super::every(TICK, stopping, || self.tick()).await
     }
 
-    /// One tick: divides each host's rate, unless nothing was written and
-    /// nothing registered or removed since a tick that found every host idle
-    /// (then it costs one atomic load, however many sockets are open).
+    /// One tick: divides the rate of each host a socket of which was written
+    /// to, opened or closed since the last tick, or which still had bytes
+    /// queued or shared its rate; nothing to do for idle hosts, however many
+    /// sockets they hold.
     fn tick(&self) {
-        let mut hosts = self.hosts.lock().unwrap();
-        let mark = (self.moves.load(Ordering::Relaxed), hosts.changes);
-        if hosts.idle_at == Some(mark) {
+        let moved = self.moves.take();
+        let mut guard = self.hosts.lock().unwrap();
+        let hosts = &mut *guard;
+        for id in moved {
+            if let Some(&ip) = hosts.host_of.get(&id) {
+                hosts.hot.insert(ip);
+            }
+        }
+        if hosts.hot.is_empty() {
             return;
         }
-        let (mut shared, mut smallest, mut idle) = (0u64, u64::MAX, true);
-        for h in hosts.by_ip.values_mut() {
+        let (mut shared, mut smallest) = (0u64, u64::MAX);
+        let look: Vec<IpAddr> = hosts.hot.drain().collect();
+        for ip in look {
+            let Some(h) = hosts.by_ip.get_mut(&ip) else {
+                continue;
+            };
             let was = h.busy;
             let (r, quiet) = self.divide(h);
-            idle &= quiet;
+            if !quiet {
+                hosts.hot.insert(ip);
+            }
             if let Some(r) = r {
                 if was == 0 && h.busy > 0 {
                     self.overruns.fetch_add(1, Ordering::Relaxed);
@@ -231,7 +248,7 @@ impl LanEgress {
                 smallest = smallest.min(r);
             }
         }
-        hosts.idle_at = idle.then_some(mark);
+        // Hosts left out are idle: no division, the whole rate.
         self.hosts_shared.store(shared, Ordering::Relaxed);
         if smallest != u64::MAX {
             self.smallest_rate_bps.store(smallest, Ordering::Relaxed);
@@ -245,6 +262,10 @@ impl LanEgress {
         let v = &mut h.sockets;
         let before = v.len();
         v.retain(|p| p.socket.strong_count() > 0);
+        // Looked at now: their next writes list them again (flow::Moves).
+        for p in v.iter() {
+            p.written.looked();
+        }
         // Nothing written since the last reading, nothing queued then, no
         // division in effect and no socket gone: every one keeps the whole rate
         // (the common case for a host's idle flows, read without a system call).
@@ -412,33 +433,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_idle_gateways_tick_looks_at_no_socket_until_a_flow_moves_bytes() {
+    async fn a_tick_looks_only_at_hosts_whose_sockets_moved_bytes() {
         let Host2 {
             egress,
             keep,
             regs,
             written,
         } = host_with_two_sockets(0).await;
-        let idle = || egress.hosts.lock().unwrap().idle_at.is_some();
+        let hot = || !egress.hosts.lock().unwrap().hot.is_empty();
         // The first tick reads the new sockets' queues (unknown until then);
-        // the second finds them idle.
+        // the second finds nothing queued and the whole rate, and leaves the
+        // host alone from then on.
+        assert!(hot());
         egress.tick();
-        assert!(!idle());
         egress.tick();
-        assert!(idle());
+        assert!(!hot());
         // Bytes queued behind the relay's back: the tick does not look.
         let n = keep[0].0.try_write(&vec![7u8; 256 << 10]).unwrap();
         egress.tick();
-        assert!(idle());
         let pacing = |s: &TcpStream| {
             crate::tune::getsockopt_int(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE).unwrap()
                 as u32
         };
         assert_eq!(pacing(&keep[1].0), 10_000_000);
-        // The relay's write counts in the tally: the next tick divides.
+        // The relay's write lists the socket: the next tick divides its host,
+        // which stays looked at while it has bytes queued.
         written[0].add(n as u64);
         egress.tick();
-        assert!(!idle());
+        assert!(hot());
         assert_eq!(pacing(&keep[1].0), 5_000_000);
         drop(regs);
     }

@@ -48,9 +48,11 @@
 //! division then runs on what the registry last read (no system call) and
 //! re-clamps only the sockets whose share changed; with many flows the shares
 //! sit at their floor and nothing changes. The tick reads a socket (tcp_info and
-//! its clamp) only if the relay read bytes from it since the last look, or it
-//! was never read: an idle socket's window cannot have widened, nor its clamp
-//! drifted, without segments arriving. Reading every socket on every open and
+//! its clamp) only if the relay read bytes from it since the last look (the
+//! relay lists it: flow::Moves), and divides again only if what it read changes
+//! the division: an idle socket's window cannot have widened, nor its clamp
+//! drifted, without segments arriving. So a tick costs what the sockets that
+//! moved cost, not what the open ones do. Reading every socket on every open and
 //! every tick had made opening N flows cost O(N²) system calls
 //! (docs/design/lan-legs.md, "Cost at scale").
 //!
@@ -64,7 +66,7 @@ use std::sync::{Arc, Mutex, Weak};
 use socket2::SockRef;
 use tokio::net::TcpStream;
 
-use crate::flow::LanBytes;
+use crate::flow::{LanBytes, Moves};
 
 /// Segments a whole-segment share never goes below (see the module comment).
 const FLOOR_SEGMENTS: usize = 1;
@@ -108,28 +110,24 @@ pub struct LanWindows {
     pub sockets_sub_segment: AtomicU64,
     /// Of those, sockets counted as wide (offered two segments or more), for /status.
     pub sockets_wide: AtomicU64,
-    /// Reads of every registered socket's flow (LanBytes::tally_into): unchanged
-    /// since an idle tick, the next one has nothing to look at.
-    moves: Arc<AtomicU64>,
+    /// The registered sockets the relay read from since the last tick.
+    moves: Arc<Moves>,
 }
 
 #[derive(Default)]
 struct Registry {
     next: u64,
     live: HashMap<u64, Entry>,
-    /// Registrations and removals so far.
-    changes: u64,
-    /// (moves, changes) when a tick last found nothing read and every clamp in
-    /// place; while both stay so, ticks return at once.
-    idle_at: Option<(u64, u64)>,
+    /// The last division left a socket without its clamp: the next tick
+    /// divides again.
+    stale: bool,
 }
 
 struct Entry {
     socket: Weak<TcpStream>,
-    /// Bytes the relay has read from it (its flow's `bytes_up`), and their
-    /// count at the last reading.
+    /// Bytes the relay has read from it (its flow's `bytes_up`), which list
+    /// it in `moves` when they move.
     read: Arc<LanBytes>,
-    seen: u64,
     /// Its MSS, read once: it is fixed once the handshake is done.
     mss: usize,
     /// Whether it has carried YOUNG_BYTES (until then it stays narrow).
@@ -141,6 +139,16 @@ struct Entry {
     /// a drifted clamp from one the kernel rounded.
     /// Also whether its buffer was roomy (see `clamp`).
     applied: Option<(usize, usize, bool)>,
+}
+
+impl Entry {
+    fn flow(&self) -> Flow {
+        Flow {
+            mss: self.mss,
+            widest: self.widest,
+            young: !self.grown,
+        }
+    }
 }
 
 /// A socket as `divide` sees it.
@@ -163,8 +171,7 @@ impl Drop for Registration {
         if let Some(id) = self.id {
             let mut reg = self.windows.sockets.lock().unwrap();
             reg.live.remove(&id);
-            reg.changes += 1;
-            self.windows.apply(&mut reg, false);
+            self.windows.apply(&mut reg);
         }
     }
 }
@@ -299,11 +306,10 @@ impl LanWindows {
                 id: None,
             };
         }
-        read.tally_into(&self.moves);
         let mut reg = self.sockets.lock().unwrap();
         let id = reg.next;
         reg.next += 1;
-        reg.changes += 1;
+        read.watch(&self.moves, id);
         let mss = SockRef::from(&**s)
             .tcp_mss()
             .ok()
@@ -314,24 +320,21 @@ impl LanWindows {
             Entry {
                 socket: Arc::downgrade(s),
                 read: read.clone(),
-                seen: 0,
                 mss,
                 grown: false,
                 widest: 0,
                 applied: None,
             },
         );
-        self.apply(&mut reg, false);
+        self.apply(&mut reg);
         Registration {
             windows: self.clone(),
             id: Some(id),
         }
     }
 
-    /// Re-divides every TICK while the gateway runs: clamps drift (see `clamp`)
-    /// and flows widen as they carry data. Costs two getsockopt calls per socket
-    /// per tick (tcp_info and the clamp); a cheaper tick saved no measurable CPU
-    /// (docs/design/incast-windows.md).
+    /// Looks at the sockets that moved every TICK while the gateway runs:
+    /// clamps drift (see `clamp`) and flows widen as they carry data.
     pub async fn maintain(self: Arc<Self>, stopping: tokio_util::sync::CancellationToken) {
         if self.budget == 0 {
             return;
@@ -339,101 +342,81 @@ impl LanWindows {
         super::every(TICK, stopping, || self.tick()).await
     }
 
-    /// One tick: re-divides unless nothing was read and nothing registered or
-    /// removed since a tick that found every socket idle and clamped (then
-    /// it costs one atomic load, however many sockets are open).
+    /// One tick: reads each socket the relay read from since the last tick
+    /// (its widest offer, whether it has grown, its clamp), puts back a clamp
+    /// the kernel reset, and divides again only if a flow changed as `divide`
+    /// sees it (or the last division left a socket unclamped). Nothing moved:
+    /// nothing to do, however many sockets are open.
     fn tick(&self) {
+        let moved = self.moves.take();
         let mut reg = self.sockets.lock().unwrap();
-        if reg.live.is_empty() {
-            return;
+        let mut redivide = reg.stale;
+        for id in moved {
+            let Some(e) = reg.live.get_mut(&id) else {
+                continue; // closed since
+            };
+            e.read.looked();
+            let Some(s) = e.socket.upgrade() else {
+                continue;
+            };
+            let before = e.flow();
+            if let Ok(i) = crate::tune::tcp_info(&*s) {
+                e.grown |= i.bytes_received >= YOUNG_BYTES;
+                let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
+                let unit = i.rcv_window_unit.max(1) as usize;
+                e.widest = e.widest.max(offered.div_ceil(unit) * unit);
+            }
+            redivide |= e.flow() != before;
+            match e.applied {
+                Some((share, k, roomy)) => {
+                    if window_clamp(&s).ok() != Some(k) && clamp(&s, share, roomy).is_ok() {
+                        e.applied = window_clamp(&s).ok().map(|k| (share, k, roomy));
+                    }
+                }
+                None => redivide = true,
+            }
         }
-        let mark = (self.moves.load(Ordering::Relaxed), reg.changes);
-        if reg.idle_at == Some(mark) {
-            return;
+        if redivide {
+            self.apply(&mut reg);
         }
-        let idle = self.apply(&mut reg, true);
-        reg.idle_at = idle.then_some(mark);
     }
 
-    /// Updates each socket's widest offer, divides the budget (`divide`) and
-    /// clamps the sockets whose share changed or whose clamp drifted. `read`:
-    /// read the sockets that moved bytes since the last look (the tick); else
-    /// divide on what was last read, and clamp only new shares. True when a
-    /// tick found nothing to do: nothing read, nothing gone, every socket clamped.
-    fn apply(&self, reg: &mut Registry, read: bool) -> bool {
+    /// Divides the budget (`divide`) on what the registry last read of each
+    /// socket, and clamps the sockets whose share changed (no system call for
+    /// the others).
+    fn apply(&self, reg: &mut Registry) {
         if self.budget == 0 {
-            return false;
+            return;
         }
-        let before = reg.live.len();
         reg.live.retain(|_, e| e.socket.strong_count() > 0);
-        let changed = reg.live.len() != before;
-        if read
-            && !changed
-            && reg
-                .live
-                .values()
-                .all(|e| e.applied.is_some() && e.read.get() == e.seen)
-        {
-            // Nothing read, nothing gone: the last division and clamps stand
-            // (the common case for idle flows, checked without a system call).
-            return true;
-        }
-        let mut live: Vec<(&mut Entry, Arc<TcpStream>)> = reg
-            .live
-            .values_mut()
-            .filter_map(|e| e.socket.upgrade().map(|s| (e, s)))
-            .collect();
-        // The clamp each socket holds now: read where it may have changed, else
-        // the one last applied (None: never clamped).
-        let mut current: Vec<Option<usize>> = Vec::with_capacity(live.len());
-        let flows: Vec<Flow> = live
-            .iter_mut()
-            .map(|(e, s)| {
-                let moved = e.read.get();
-                if read && (e.applied.is_none() || moved != e.seen) {
-                    e.seen = moved;
-                    if let Ok(i) = crate::tune::tcp_info(&**s) {
-                        e.grown |= i.bytes_received >= YOUNG_BYTES;
-                        let offered = i.rcv_ssthresh.max(i.rcv_wnd.unwrap_or(0)) as usize;
-                        let unit = i.rcv_window_unit.max(1) as usize;
-                        e.widest = e.widest.max(offered.div_ceil(unit) * unit);
-                    }
-                    current.push(window_clamp(s).ok());
-                } else {
-                    current.push(e.applied.map(|(_, k, _)| k));
-                }
-                Flow {
-                    mss: e.mss,
-                    widest: e.widest,
-                    young: !e.grown,
-                }
-            })
-            .collect();
+        let flows: Vec<Flow> = reg.live.values().map(Entry::flow).collect();
         let shares = divide(self.budget, self.ceiling, self.sub_segment, &flows);
         let (mut applied, mut sub, mut wide, mut smallest) = (0u64, 0u64, 0u64, usize::MAX);
-        for (((e, s), (f, &share)), current) in
-            live.iter_mut().zip(flows.iter().zip(&shares)).zip(current)
-        {
+        for ((e, f), &share) in reg.live.values_mut().zip(&flows).zip(&shares) {
             let roomy = share >= f.mss && !f.young;
-            let unchanged = matches!(e.applied, Some((a, k, r)) if a == share && current == Some(k) && r == roomy);
+            let unchanged = matches!(e.applied, Some((a, _, r)) if a == share && r == roomy);
             // A closing socket may refuse; it leaves the division on its own.
-            if unchanged || clamp(s, share, roomy).is_ok() {
-                if !unchanged {
-                    e.applied = window_clamp(s).ok().map(|k| (share, k, roomy));
-                }
+            let ok = unchanged
+                || e.socket.upgrade().is_some_and(|s| {
+                    clamp(&s, share, roomy).is_ok() && {
+                        e.applied = window_clamp(&s).ok().map(|k| (share, k, roomy));
+                        e.applied.is_some()
+                    }
+                });
+            if ok {
                 applied += 1;
                 sub += u64::from(share < f.mss);
                 wide += u64::from(f.widest >= 2 * f.mss);
                 smallest = smallest.min(share);
             }
         }
+        reg.stale = applied < reg.live.len() as u64;
         self.sockets_clamped.store(applied, Ordering::Relaxed);
         self.sockets_sub_segment.store(sub, Ordering::Relaxed);
         self.sockets_wide.store(wide, Ordering::Relaxed);
         if applied > 0 {
             self.share.store(smallest as u64, Ordering::Relaxed);
         }
-        false
     }
 }
 

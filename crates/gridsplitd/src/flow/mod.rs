@@ -33,7 +33,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -172,22 +172,26 @@ impl RxState {
 }
 
 /// Application bytes moved through a flow's LAN socket in one direction. The
-/// LAN controls (collect/incast.rs, collect/egress.rs) read each socket's count
-/// to tell which sockets moved data since their last tick; each also has every
-/// move counted in a gateway-wide tally of its own, so that a tick on a gateway
-/// whose flows are all idle sees that nothing moved without visiting each
-/// socket (docs/design/lan-legs.md, "Idle flows at scale").
+/// LAN controls (collect/incast.rs, collect/egress.rs) each watch the sockets
+/// they divide through a `Moves` of their own, which learns of every move and
+/// lists each socket that moved once until the control has looked at it: a
+/// tick then visits the sockets that moved, not every socket
+/// (docs/design/lan-legs.md, "Idle flows at scale").
 #[derive(Debug, Default)]
 pub struct LanBytes {
     bytes: AtomicU64,
-    tally: OnceLock<Arc<AtomicU64>>,
+    watch: OnceLock<(Arc<Moves>, u64)>,
+    /// Listed in the watcher's `Moves` and not looked at since.
+    listed: AtomicBool,
 }
 
 impl LanBytes {
     pub fn add(&self, n: u64) {
         self.bytes.fetch_add(n, Ordering::Relaxed);
-        if let Some(t) = self.tally.get() {
-            t.fetch_add(1, Ordering::Relaxed);
+        if let Some((moves, id)) = self.watch.get() {
+            if !self.listed.swap(true, Ordering::AcqRel) {
+                moves.listed.lock().unwrap().push(*id);
+            }
         }
     }
 
@@ -195,10 +199,29 @@ impl LanBytes {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// Counts each later move in `tally` too (set once, by the LAN control
-    /// that registers the socket; a second call is ignored).
-    pub fn tally_into(&self, tally: &Arc<AtomicU64>) {
-        let _ = self.tally.set(tally.clone());
+    /// Lists this socket in `moves`, as `id`, whenever it moves bytes (set
+    /// once, by the LAN control that registers it; a second call is ignored).
+    pub fn watch(&self, moves: &Arc<Moves>, id: u64) {
+        let _ = self.watch.set((moves.clone(), id));
+    }
+
+    /// The watcher is looking at the socket now: its next move lists it again.
+    /// Called before reading the socket, so that no move goes unlisted.
+    pub fn looked(&self) {
+        self.listed.store(false, Ordering::Release);
+    }
+}
+
+/// The sockets a LAN control watches that moved bytes since it last took them.
+#[derive(Debug, Default)]
+pub struct Moves {
+    listed: Mutex<Vec<u64>>,
+}
+
+impl Moves {
+    /// The ids of the sockets that moved since the last call, each once.
+    pub fn take(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.listed.lock().unwrap())
     }
 }
 

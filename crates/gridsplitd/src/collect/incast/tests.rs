@@ -9,7 +9,7 @@ fn window_clamp(s: &TcpStream) -> usize {
 }
 
 /// The bytes-read counter of a socket the test reads by hand (bumped where it does).
-fn counters() -> Arc<LanBytes> {
+fn counters() -> Arc<crate::flow::LanBytes> {
     Arc::default()
 }
 
@@ -50,34 +50,31 @@ async fn shares_follow_the_number_of_open_sockets() {
 }
 
 #[tokio::test]
-async fn an_idle_gateways_tick_looks_at_no_socket_until_a_flow_moves_bytes() {
+async fn a_tick_looks_only_at_the_sockets_that_moved_bytes() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let w = LanWindows::new(1_200_000, 4 << 20, true);
+    let w = LanWindows::new(1_200_000, 4 << 20, false);
     let (a, _ca) = pair(&l).await;
-    let read = counters();
-    let _ra = w.register(&a, &read);
-    let idle = || w.sockets.lock().unwrap().idle_at.is_some();
-    // Registered and clamped, nothing read: the first tick finds it idle, and
-    // the next ones stop there.
-    w.tick();
-    assert!(idle());
-    w.tick();
-    assert!(idle());
-    // The relay read from it (its count moves the tally): the tick looks again,
-    // then finds it idle once more.
-    read.add(100);
-    w.tick();
-    assert!(!idle());
-    w.tick();
-    assert!(idle());
-    // A new socket changes the division: looked at again.
     let (b, _cb) = pair(&l).await;
-    let _rb = w.register(&b, &counters());
-    let reg = w.sockets.lock().unwrap();
-    assert_ne!(
-        reg.idle_at,
-        Some((w.moves.load(Ordering::Relaxed), reg.changes))
-    );
+    let (read_a, read_b) = (counters(), counters());
+    let _ra = w.register(&a, &read_a);
+    let _rb = w.register(&b, &read_b);
+    let share = window_clamp(&a);
+    // Both clamps moved behind the gateway's back (as the kernel does when a
+    // segment changes the buffer's overhead ratio, see `clamp`).
+    let set = |s: &TcpStream| {
+        crate::tune::setsockopt_raw(s, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, 50_000).unwrap()
+    };
+    set(&a);
+    set(&b);
+    w.tick();
+    assert_eq!(window_clamp(&a), 50_000, "no socket moved: none looked at");
+    // The relay read from one: the next tick puts its clamp back, and only its.
+    read_a.add(100);
+    w.tick();
+    assert_eq!(window_clamp(&a), share);
+    assert_eq!(window_clamp(&b), 50_000);
+    // Listed once per look: a second tick finds nothing new.
+    assert!(w.moves.take().is_empty());
 }
 
 const NARROW: Flow = Flow {
