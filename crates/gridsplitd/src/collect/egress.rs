@@ -27,10 +27,12 @@
 //! rate instead of each at a share held until the next tick, which had cost a
 //! latency-bound application more than the drops it saved.
 //!
-//! A tick reads a socket's queue only if the relay wrote to it since the last
-//! tick, or it still held bytes then: idle flows cost one atomic load each, not
-//! a system call, so thousands of them toward a host stay cheap (a gateway may
-//! carry 10,000 flows; docs/design/lan-legs.md, "Cost at scale").
+//! A tick divides only the hosts a socket of which the relay wrote to since the
+//! last tick (the relay lists it: flow::Moves), or was opened or closed, or
+//! which still held bytes queued or shared the rate then; within such a host it
+//! reads a socket's queue only if the relay wrote to it or it held bytes. Idle
+//! hosts cost nothing, so thousands of idle flows stay cheap (a gateway may
+//! carry 10,000 flows; docs/design/lan-legs.md, "Idle flows at scale").
 //!
 //! The registry keeps weak references, as collect/incast.rs does, so a socket
 //! that closes is never touched again.
