@@ -173,10 +173,10 @@ impl RxState {
 
 /// Application bytes moved through a flow's LAN socket in one direction. The
 /// LAN controls (collect/incast.rs, collect/egress.rs) each watch the sockets
-/// they divide through a `Moves` of their own, which learns of every move and
-/// lists each socket that moved once until the control has looked at it: a
-/// tick then visits the sockets that moved, not every socket
-/// (docs/design/lan-legs.md, "Idle flows at scale").
+/// they divide through a `Moves` of their own, which lists each socket that
+/// moved bytes, once until the control has looked at it: a tick then visits
+/// the sockets that moved, not every socket (docs/design/lan-legs.md, "Idle
+/// flows at scale").
 #[derive(Debug, Default)]
 pub struct LanBytes {
     bytes: AtomicU64,
@@ -189,7 +189,10 @@ impl LanBytes {
     pub fn add(&self, n: u64) {
         self.bytes.fetch_add(n, Ordering::Relaxed);
         if let Some((moves, id)) = self.watch.get() {
-            if !self.listed.swap(true, Ordering::AcqRel) {
+            // Already listed (the common case while it moves): a load, no
+            // read-modify-write on the relay's path. A `looked` between the
+            // two only means the watcher reads the socket after this move.
+            if !self.listed.load(Ordering::Acquire) && !self.listed.swap(true, Ordering::AcqRel) {
                 moves.listed.lock().unwrap().push(*id);
             }
         }
