@@ -282,6 +282,7 @@ from gridsplit.model import splitadvise, splitvalidate  # noqa: E402
 
 C100 = 100e6 / 8 * 1448 / 1514          # a 100 Mb/s NIC's payload rate, B/s (full frames)
 THREE = ROOT / "results/matrix/2026-11-26-three-sites-alltoall"
+SPLIT_SHIPPED = ROOT / "python/gridsplit/model/data/split-validation.json"
 LOSSY = ROOT / "results/matrix/2026-11-26-lossy-gather"
 
 
@@ -388,6 +389,7 @@ def test_validate_split_on_a_committed_file(tmp_path):
     assert full["held_out_split"]["cells"] > 0
     shipped = splitadvise.load_bands()
     assert shipped["overall"]["cells"] == full["split_runs"]["cells"]
+    assert shipped["by_op"]["alltoall"]["p90_log_error"] == full["by_op_split"]["alltoall"]["p90_log_error"]
 
 
 def test_validate_split_scores_the_policy_on_app_runs(tmp_path):
@@ -419,17 +421,30 @@ def test_validate_split_scores_the_policy_on_app_runs(tmp_path):
 
 def test_advise_per_site_pair_and_its_bad_input_lines(tmp_path):
     d = json.loads(gridsplit("model", "advise", "-t", str(THREE / "three-gw4.toml"), "--size", "1M", "--json").stdout)
-    assert d["kind"] == "gridsplit-model-advice" and d["version"] == 2
+    assert d["kind"] == "gridsplit-model-advice" and d["version"] == 3
     assert len(d["pairs"]) == 3 and not d["split_model"]["notes"]
     for p in d["pairs"]:
         for c in p["ops"]:
             assert c["direct_s"] > 0 and c["split_s"] > 0 and c["range"][0] <= c["split_over_direct"] <= c["range"][1]
+            # The band is a factor: the range is the prediction divided and multiplied by it.
+            r, (lo, hi), f = c["split_over_direct"], c["range"], c["band"]["factor"]
+            assert f > 1 and lo > 0 and abs(lo * f - r) < 1e-9 and abs(hi - r * f) < 1e-9
             assert c["split"] == (c["split_over_direct"] < SM.DECIDE_BELOW)
             assert (c["streams"] is None) == (c["op"] == "alltoall")
     one = tmp_path / "one.toml"
     one.write_text('name = "one"\n[[site]]\nname = "solo"\nnodes = 4\n')
     bad = [("-t", str(one), "--size", "1M"), ("-t", "paper", "--size", "1M", "--op", "scatter"),
            ("-t", "paper", "--size", "1M", "--impl", "mvapich")]
+    # A summary written before the factor bands (version 1) is refused with the command that rewrites it.
+    old = json.loads(SPLIT_SHIPPED.read_text())
+    old["version"] = 1
+    for v in (old["overall"], *old["by_op"].values()):
+        del v["p90_log_error"]
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    cp = gridsplit("model", "advise", "-t", "paper", "--size", "1M", "--split-validation", str(tmp_path / "v1.json"),
+                   check=False)
+    assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+    assert "version 1" in cp.stderr and "gridsplit model validate-split" in cp.stderr
     for args in bad:
         cp = gridsplit("model", "advise", *args, check=False)
         assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1

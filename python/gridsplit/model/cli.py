@@ -334,10 +334,12 @@ def advise(topology, nodes, scale, size, ops, impl, params, validation, split_va
 
 def _split_verdict(c: dict) -> dict:
     r, b = c["split_over_direct"], c["band"]
+    lo, hi = c["range"]
     return {"split_over_direct": r, "split_helps": c["split"], "confident": c["confident"], "band": b["p90"],
-            "model": "splitmodel", "text": (f"split model: {'split' if c['split'] else 'stay direct'}, split/direct = "
-                                            f"{r:.2f} (90 % of validated cells within ±{b['p90']:.2f}"
-                                            f"{'' if b['validated'] else '; this op not validated'})")}
+            "range": c["range"], "model": "splitmodel",
+            "text": (f"split model: {'split' if c['split'] else 'stay direct'}, split/direct = {r:.2f} "
+                     f"({lo:.2f}-{hi:.2f}: 90 % of validated cells within a factor {b['factor']:.2f}"
+                     f"{'' if b['validated'] else '; this op not validated'})")}
 
 
 def _print_advice(res: dict, m: int) -> None:

@@ -8,6 +8,7 @@ for every grid parameter outside what that validation covered.
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,12 @@ from .splitterms import TOLERANCE
 ADVICE_KIND = "gridsplit-model-advice"
 # Version of `model advise --json` (docs/model.md §5.4): 2 added `pairs`, `split_model` and
 # `validation_split`; bump it when a key changes meaning or goes away.
-ADVICE_VERSION = 2
+# 3: `range` is the prediction times and divided by the band's `factor` (was: plus and minus `p90`).
+ADVICE_VERSION = 3
 SHIPPED = "split-validation.json"
 SUMMARY_KIND = "gridsplit-split-validation-summary"
-SUMMARY_VERSION = 1
+# 2 added p90_log_error (overall and per op): advise's ranges are multiplicative when it is there.
+SUMMARY_VERSION = 2
 # The default policy (split_policy): the job is unknown, so a pair is split only where the
 # model predicts a gain for one of these and no loss beyond TOLERANCE for any. The neighbour
 # exchange (halo) stands for applications such as LAMMPS; 100 KB is where split's gains on
@@ -54,9 +57,9 @@ def bands(result: dict[str, Any]) -> dict[str, Any]:
     cells = [c for c in result["cells"] if not c.get("kept_direct")]
     return {"kind": SUMMARY_KIND, "version": SUMMARY_VERSION, "date": result["meta"]["date"],
             "overall": {k: result.get("split_runs", result["overall"])[k]
-                        for k in ("cells", "decision_accuracy", "median_abs_error", "p90_abs_error")},
+                        for k in ("cells", "decision_accuracy", "median_abs_error", "p90_abs_error", "p90_log_error")},
             "by_op": {op: {"cells": s["cells"], "median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"],
-                           "decision_accuracy": s["decision_accuracy"]}
+                           "p90_log_error": s["p90_log_error"], "decision_accuracy": s["decision_accuracy"]}
                       for op, s in result.get("by_op_split", result["by_op"]).items()},
             "impls": sorted({c["impl"] for c in cells}),
             "ranges": {**_merge([c["grid"] for c in cells]),
@@ -76,6 +79,9 @@ def load_bands(path: Path | None = None) -> dict[str, Any]:
         d = bands(d)
     if d.get("kind") != SUMMARY_KIND:
         raise GridsplitError(f"{p}: not a split-model validation; write one with `gridsplit model validate-split`")
+    if d.get("version", 1) < 2:
+        raise GridsplitError(f"{p}: a split-model validation summary of version {d.get('version', 1)}, without the "
+                             f"factor bands; write it again with `gridsplit model validate-split`")
     return d
 
 
@@ -94,11 +100,15 @@ def outside(topo: Topology, size: int, senders: int | None, ranges: dict[str, li
 
 
 def _band(bands: dict[str, Any], op: str) -> dict[str, Any]:
+    """The op's validation errors: median and 90th percentile of |predicted - measured|, and the
+    90th percentile of |ln(predicted / measured)| as `factor` (e to it), which the range uses:
+    the model's errors grow with the ratio (a 1 MB all-to-all predicted 4.07 measured 1.78-2.14),
+    so an additive band around 0.85 would reach below zero and say nothing."""
     b = bands.get("by_op", {}).get(op)
-    if b:
-        return {"median": b["median_abs_error"], "p90": b["p90_abs_error"], "validated": True}
-    o = bands["overall"]
-    return {"median": o["median_abs_error"], "p90": o["p90_abs_error"], "validated": False}
+    validated = bool(b)
+    b = b or bands["overall"]
+    return {"median": b["median_abs_error"], "p90": b["p90_abs_error"],
+            "factor": math.exp(b["p90_log_error"]), "validated": validated}
 
 
 def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict[str, Any],
@@ -117,11 +127,11 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
             job = sm.Job(op, size, impl, senders=None if op in sm.EXCHANGES else senders)
             c = sm.cell(topo, job, (a.name, b.name))
             band = _band(bands, op)
-            lo, hi = c["ratio"] - band["p90"], c["ratio"] + band["p90"]
+            lo, hi = c["ratio"] / band["factor"], c["ratio"] * band["factor"]
             # Unrouted sites ([addressing] routed = false) reach each other only through the gateways.
             entry["ops"].append({"op": op, "direct_s": c["direct_s"], "split_s": c["split_s"],
                                  "split_over_direct": c["ratio"], "split": c["split"] or not topo.routed,
-                                 "direct_possible": topo.routed, "band": band, "range": [max(lo, 0.0), hi],
+                                 "direct_possible": topo.routed, "band": band, "range": [lo, hi],
                                  "confident": hi < sm.DECIDE_BELOW or lo > 1 + TOLERANCE or not topo.routed,
                                  "streams": c.get("streams"),
                                  "direct_parts": c["direct_parts"], "split_parts": c["split_parts"]})

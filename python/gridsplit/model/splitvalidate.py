@@ -11,6 +11,7 @@ split/direct, summarised by its median.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import replace
@@ -194,11 +195,16 @@ def score(cells: list[dict[str, Any]]) -> dict[str, Any]:
         return {"cells": 0}
     right = sum(c["right"] for c in cells)
     p90 = errs[min(n - 1, int(0.9 * n))]
+    # The same error as a factor: |ln(predicted / measured)|, so that a band around a small
+    # ratio stays above zero and one around a large ratio widens with it (advise's ranges).
+    logs = sorted(abs(math.log(c["predicted_ratio"] / c["measured_ratio"])) for c in cells
+                  if c["predicted_ratio"] > 0 and c["measured_ratio"] > 0)
     meds = [abs(c["predicted_ratio"] - c["measured_ratio_of_medians"]) for c in cells
             if c["measured_ratio_of_medians"] is not None]
     return {"cells": n, "right": right, "decision_accuracy": right / n,
             "decision_accuracy_at_1": sum(c["right_at_1"] for c in cells) / n,
             "median_abs_error": statistics.median(errs), "p90_abs_error": p90, "max_abs_error": errs[-1],
+            "p90_log_error": logs[min(len(logs) - 1, int(0.9 * len(logs)))] if logs else None,
             "median_abs_error_vs_ratio_of_medians": statistics.median(meds) if meds else None,
             "target_decision_met": right / n >= TARGET_RIGHT,
             "target_error_met": statistics.median(errs) <= TARGET_ERROR}
