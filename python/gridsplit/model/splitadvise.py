@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -147,8 +148,18 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
     two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
     A pair is split when the model predicts one of POLICY_JOBS gains (split/direct < DECIDE_BELOW)
     and none loses beyond TOLERANCE: never slower, faster where TCP suffers; always on an unrouted grid or with
-    `[gateways] split = "all"`; never when a site of the pair has no nodes."""
-    out = {}
+    `[gateways] split = "all"`; never when a site of the pair has no nodes. The pairs that pass
+    are then taken in order of their best predicted gain, each only while the exchanges (all-to-all,
+    halo), with it and every pair taken before it relayed together, still lose nothing beyond
+    TOLERANCE: a site's gateway carries every relayed pair's bytes at once, which no pair's
+    prediction on its own shows (docs/model.md §5.6)."""
+    return dict(_split_policy(topo, impl))
+
+
+@lru_cache(maxsize=16)
+def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tuple[bool, str]], ...]:
+    out: dict[tuple[str, str], tuple[bool, str]] = {}
+    gains: dict[tuple[str, str], float] = {}
     for w in topo.wans:
         if not (topo.site(w.a).gateway and topo.site(w.b).gateway):
             continue
@@ -163,14 +174,39 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
             out[(w.a, w.b)] = (False, f"direct: {empty[0]} has no nodes, so no rank pair crosses {w.a}-{w.b}")
             continue
         ratios = {(op, m): sm.cell(topo, sm.Job(op, m, impl), (w.a, w.b))["ratio"] for op, m in POLICY_JOBS}
-        gains = min(ratios.values()) < sm.DECIDE_BELOW
+        gains_any = min(ratios.values()) < sm.DECIDE_BELOW
         worst = max(ratios, key=ratios.get)
         ok = ratios[worst] <= 1 + TOLERANCE
         text = ", ".join(f"{op} {m // 1000}K {r:.2f}" for (op, m), r in ratios.items())
-        why = ("split" if gains and ok else "direct") + f": predicted split/direct {text}"
+        why = ("split" if gains_any and ok else "direct") + f": predicted split/direct {text}"
         if not ok:
             why += f" ({worst[0]} {worst[1] // 1000}K would lose)"
-        elif not gains:
+        elif not gains_any:
             why += " (nothing gains)"
-        out[(w.a, w.b)] = (gains and ok, why)
-    return out
+        else:
+            gains[(w.a, w.b)] = min(ratios.values())
+        out[(w.a, w.b)] = (gains_any and ok, why)
+    taken: list[tuple[str, str]] = []
+    for pair in sorted(gains, key=lambda p: (gains[p], p)):
+        if taken:
+            worst, ratio = _joint_worst(topo, impl, [*taken, pair])
+            if ratio > 1 + TOLERANCE:
+                out[pair] = (False, f"direct: relayed together with {', '.join('-'.join(p) for p in taken)}, the "
+                                    f"{worst[0]} of {worst[1] // 1000}K would lose (predicted split/direct "
+                                    f"{ratio:.2f}); on its own: " + out[pair][1].split(": ", 1)[1])
+                continue
+        taken.append(pair)
+    return tuple(out.items())
+
+
+def _joint_worst(topo: Topology, impl: str, pairs: list[tuple[str, str]]) -> tuple[tuple[str, int], float]:
+    """The exchange of POLICY_JOBS that loses most with `pairs` relayed together, and its split/direct."""
+    relayed = frozenset(frozenset(p) for p in pairs)
+    ratios = {}
+    for op, m in POLICY_JOBS:
+        if op in sm.EXCHANGES:
+            run = sm.alltoall if op == "alltoall" else sm.halo
+            job = sm.Job(op, m, impl)
+            ratios[(op, m)] = run(topo, job, relayed)["seconds"] / run(topo, job, frozenset())["seconds"]
+    worst = max(ratios, key=ratios.get)
+    return worst, ratios[worst]

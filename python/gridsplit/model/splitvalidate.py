@@ -42,11 +42,12 @@ REVEALED = ("results/matrix/2026-11-26-holdout/gather.jsonl", "results/matrix/20
 # fitted on it and on the grids above, so its files are fitted files too.
 REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
-# the third held-out grid (results/model/2026-11-27-holdout3-predictions holds the predictions).
+# the third held-out grid (results/model/2026-11-27-holdout3-predictions holds the predictions), and
+# the same grid run under the default policy (the model unchanged since those predictions).
 HELD_OUT_DIR = "results/matrix/2026-11-27-holdout3"
-HELD_OUT_GLOB = HELD_OUT_DIR + "/*.jsonl"
+HELD_OUT_DIRS = (HELD_OUT_DIR, "results/matrix/2026-11-27-holdout3-policy")
 # The committed measurements this validation reads by default (relative to the repository), and
-# every JSONL of REVEALED_GLOB and HELD_OUT_DIR (default_files).
+# every JSONL of REVEALED_GLOB and HELD_OUT_DIRS (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/bench/2026-11-26-paper-gather-check/gather.jsonl",
                  "results/matrix/2026-11-26-lossy-gather/gather.jsonl",
@@ -84,11 +85,12 @@ def topology_from_meta(d: dict[str, Any], src: str) -> Topology:
 
 def default_files(root: Path) -> list[Path]:
     """DEFAULT_FILES and the held-out measurements that exist, under the repository `root`."""
-    return [root / f for f in DEFAULT_FILES] + sorted(root.glob(REVEALED_GLOB)) + sorted(root.glob(HELD_OUT_GLOB))
+    return ([root / f for f in DEFAULT_FILES] + sorted(root.glob(REVEALED_GLOB))
+            + [f for d in HELD_OUT_DIRS for f in sorted(root.glob(d + "/*.jsonl"))])
 
 
 def held_out(name: str) -> bool:
-    return name.startswith(HELD_OUT_DIR + "/") or f"/{HELD_OUT_DIR}/" in name
+    return any(name.startswith(d + "/") or f"/{d}/" in name for d in HELD_OUT_DIRS)
 
 
 def _split_set(topo: Topology, tag: str, lab: dict[str, Any]) -> set[frozenset[str]]:
