@@ -383,6 +383,11 @@ def test_split_policy_checks_the_pairs_it_splits_together():
     auto = replace(h3, gateways=replace(h3.gateways, split="auto"))
     pol = splitadvise.split_policy(auto)
     assert [p for p, (yes, _) in pol.items() if yes] == [("beta", "gamma")]
+    # `model advise` shows the same policy beside its per-pair answers.
+    d = json.loads(gridsplit("model", "advise", "-t", str(ROOT / "results/matrix/2026-11-27-holdout3-policy/holdout3-auto.toml"),
+                             "--size", "1M", "--op", "alltoall", "--json").stdout)
+    assert [(tuple(p["sites"]), p["split"]) for p in d["policy"]] == [(p, yes) for p, (yes, _) in pol.items()]
+    assert "together with beta-gamma" in next(p["reason"] for p in d["policy"] if p["sites"] == ["alpha", "gamma"])
     yes, why = pol[("alpha", "gamma")]
     assert not yes and "together with beta-gamma" in why and "would lose" in why and "on its own: predicted" in why
     assert all(yes for yes, _ in splitadvise.split_policy(h3).values())   # split = "all" is obeyed
