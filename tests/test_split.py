@@ -252,6 +252,34 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
     assert chk.returncode != 0 and "streams" in chk.stderr and len(chk.stderr.strip().splitlines()) == 1, chk.stderr
 
 
+def test_gateway_config_paces_wan_links_as_wan_pacing_says(tmp_path):
+    """[gateways] wan_pacing: "full" (the default) paces a WAN link just under its path's slowest rate;
+    "shared" at most at half of either end's gateway NIC, never under a node's NIC (a one-NIC gateway's
+    port takes its nodes' sends and the WAN's arrivals at once); gridsplitd accepts the file."""
+    from gridsplit.gateway import gateway_toml, pacing_bps
+    from gridsplit.topology_file import parse_topology
+    base = ('[defaults]\nnic_mbps = 100\ngateway = true\n[[site]]\nname = "a"\nnodes = 2\ngateway_nic_mbps = 400\n'
+            '[[site]]\nname = "b"\nnodes = 2\ngateway_nic_mbps = 150\n[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\n'
+            'rate_mbps = 1000\n')
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+
+    def link(pacing):
+        topo = parse_topology(tomllib.loads(base + (f'[gateways]\nwan_pacing = "{pacing}"\n' if pacing else "")), "t")
+        text = gateway_toml(topo, "a", str(psk))
+        return tomllib.loads(text)["link"][0], text
+
+    full, _ = link(None)
+    assert full["pacing_bps"] == pacing_bps(150) and full["bandwidth_bps"] == 150_000_000
+    assert link("full")[0] == full
+    shared, text = link("shared")
+    # a: max(100, 400 / 2) = 200; b: max(100, 150 / 2) = 100; the path: 150.
+    assert shared["pacing_bps"] == pacing_bps(100) and shared["bandwidth_bps"] == 150_000_000
+    chk = _check_config(tmp_path, text)
+    assert chk.returncode == 0, chk.stderr
+
+
 def test_gateway_config_paces_lan_writes_as_lan_pacing_says(tmp_path):
     """[gateways] lan_pacing: "on" writes [lan] rate_bps at every site, "auto" only where the gateway's
     NIC is faster than the nodes' (the default), "off" nowhere. The rate is the nodes' NIC in IP bytes

@@ -93,6 +93,7 @@ BAD = [
     (GOOD + '[gateways]\nlan_tuning = "yes"\n', "gateways.lan_tuning: must be true or false"),
     (GOOD + '[gateways]\nlan_pacing = "yes"\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got \'yes\''),
     (GOOD + '[gateways]\nlan_pacing = true\n', 'gateways.lan_pacing: must be "auto", "on" or "off", got True'),
+    (GOOD + '[gateways]\nwan_pacing = "half"\n', "gateways.wan_pacing: must be one of full, shared, got 'half'"),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
     (GOOD + '[gateways]\nlan_delack_max_us = -1\n', "gateways.lan_delack_max_us: must be ≥ 0"),
     (GOOD + '[gateways]\nlan_delack_max_us = 1000\n', "gateways.lan_delack_max_us: must be 0 or at least 2000 (µs)"),

@@ -13,8 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import GridsplitError
-from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_TCP, LAN_PACING, MAX_GATEWAYS, NAME_RE, PRESETS,
-                       STRATEGIES, GatewaySettings, LabSettings, Site, TcpSettings, Topology, WanLink)
+from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_TCP, DEFAULT_WAN_PACING, LAN_PACING, MAX_GATEWAYS,
+                       NAME_RE, PRESETS, STRATEGIES, WAN_PACING, GatewaySettings, LabSettings, Site, TcpSettings, Topology,
+                       WanLink)
 
 
 
@@ -101,7 +102,8 @@ WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_m
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
-                "lan_pacing", "lan_rto_min_us", "lan_delack_max_us", "outage_limit_s", "wan_streams", "split", "encryption")
+                "lan_pacing", "lan_rto_min_us", "lan_delack_max_us", "outage_limit_s", "wan_streams", "split", "encryption",
+                "wan_pacing")
 DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -382,6 +384,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         wan_streams=_wan_streams(g),
         split=_split(g, routed),
         encryption=g.string("encryption", "noise", ("noise", "insecure")),
+        wan_pacing=g.string("wan_pacing", DEFAULT_WAN_PACING, WAN_PACING),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

@@ -32,6 +32,22 @@ def pacing_bps(path_mbps: float) -> int:
     return int(path_mbps * 1e6 * 1500 / 1514 * 0.995)
 
 
+def wan_pacing_mbps(topo: Topology, site: str, peer: str, path_mbps: float) -> float:
+    """The rate a gateway paces its WAN link to `peer` at, before framing (`pacing_bps`).
+
+    `[gateways] wan_pacing = "full"`: the path's rate. `"shared"`: also at most half of
+    either end's gateway NIC, but never under a node's NIC. In an exchange a one-NIC
+    gateway's switch port takes its own nodes' relayed sends and the WAN link's arrivals
+    at once; paced at the whole NIC, the WAN link overruns that port, its one connection
+    loses and its window stays small (a repetition of a 100 KB halo then takes two or
+    three WAN round trips: results/matrix/2026-11-27-halo-diagnosis). One flow into one
+    node never needs more than the node's NIC, so that floor costs a gather nothing."""
+    if topo.gateways.wan_pacing != "shared":
+        return path_mbps
+    halves = [max(topo.site(x).host_nic_mbps("node"), topo.site(x).host_nic_mbps("gateway") / 2) for x in (site, peer)]
+    return min(path_mbps, *halves)
+
+
 # What a gateway host's TCP needs that no socket option sets (gridsplitd
 # warns at start about each one left at the kernel's default, and shows them in
 # its status): the WAN link keeps its window across pauses, and a paced link
@@ -221,7 +237,8 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         # peer gateway's NIC: the slowest of them is its rate, and pacing just
         # under it keeps the sender's NIC bursts out of the far switch's buffer.
         path = topo.bottleneck_mbps(gateway_host(topo, site), gateway_host(topo, peer))
-        fig = m or {"bandwidth_bps": int(path * 1e6), "rtt_ms": w.rtt_ms, "pacing_bps": pacing_bps(path)}
+        fig = m or {"bandwidth_bps": int(path * 1e6), "rtt_ms": w.rtt_ms,
+                    "pacing_bps": pacing_bps(wan_pacing_mbps(topo, site, peer, path))}
         if g.wan_streams:
             streams, why = g.wan_streams, "fixed by the topology ([gateways] wan_streams)"
         else:
