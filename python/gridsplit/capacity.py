@@ -38,6 +38,29 @@ def wan_streams(rate_mbps: float, rtt_ms: float, loss: float, mss: int = 1448) -
                f"{k} {reach} the link's {rate_mbps:g} Mb/s")
 
 
+def wan_pacing_mbps(topo: Topology, site: str, peer: str, path_mbps: float) -> float:
+    """The rate a gateway paces its WAN link to `peer` at, before framing (gateway.pacing_bps); the
+    split model reads it too (splitterms.shared_port_rounds).
+
+    `[gateways] wan_pacing = "full"`: the path's rate. `"shared"`: also at most half of
+    either end's gateway NIC, but never under a node's NIC. In an exchange a one-NIC
+    gateway's switch port takes its own nodes' relayed sends and the WAN link's arrivals
+    at once; paced at the whole NIC, the WAN link overruns that port, its one connection
+    loses and its window stays small (a repetition of a 100 KB halo then takes two or
+    three WAN round trips: results/matrix/2026-11-27-halo-diagnosis). One flow into one
+    node never needs more than the node's NIC, so that floor costs a gather nothing."""
+    if topo.gateways.wan_pacing != "shared":
+        return path_mbps
+    halves = [max(topo.site(x).host_nic_mbps("node"), topo.site(x).host_nic_mbps("gateway") / 2) for x in (site, peer)]
+    return min(path_mbps, *halves)
+
+
+def gateway_path_mbps(topo: Topology, site: str, peer: str) -> float:
+    """The rate of the path a WAN link runs on: the slowest of the two gateways' NICs,
+    their sites' uplinks and the WAN between them."""
+    return topo.bottleneck_mbps(topo.gateway_hosts(site)[0], topo.gateway_hosts(peer)[0])
+
+
 def lan_port_wire_bytes(topo: Topology, site: str, role: str = "gateway") -> float:
     """Wire bytes in flight that the switch port toward a site's host of `role`
     ("gateway" or "node") holds without loss: its drop-tail buffer plus the LAN's

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GridsplitError
-from ..capacity import lan_pacing_burst_bytes, lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget, wan_streams
+from ..capacity import (lan_pacing_burst_bytes, lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget,
+                        gateway_path_mbps, wan_pacing_mbps, wan_streams)
 from ..model.splitadvise import split_policy
 from ..topology import Topology
 from .nodes import NodeSite, nodes_file
@@ -30,22 +31,6 @@ def pacing_bps(path_mbps: float) -> int:
     `path_mbps` on the wire (Ethernet framing: 1514 bytes carry 1500) just
     under full: bursts then never pile up in a downstream buffer."""
     return int(path_mbps * 1e6 * 1500 / 1514 * 0.995)
-
-
-def wan_pacing_mbps(topo: Topology, site: str, peer: str, path_mbps: float) -> float:
-    """The rate a gateway paces its WAN link to `peer` at, before framing (`pacing_bps`).
-
-    `[gateways] wan_pacing = "full"`: the path's rate. `"shared"`: also at most half of
-    either end's gateway NIC, but never under a node's NIC. In an exchange a one-NIC
-    gateway's switch port takes its own nodes' relayed sends and the WAN link's arrivals
-    at once; paced at the whole NIC, the WAN link overruns that port, its one connection
-    loses and its window stays small (a repetition of a 100 KB halo then takes two or
-    three WAN round trips: results/matrix/2026-11-27-halo-diagnosis). One flow into one
-    node never needs more than the node's NIC, so that floor costs a gather nothing."""
-    if topo.gateways.wan_pacing != "shared":
-        return path_mbps
-    halves = [max(topo.site(x).host_nic_mbps("node"), topo.site(x).host_nic_mbps("gateway") / 2) for x in (site, peer)]
-    return min(path_mbps, *halves)
 
 
 # What a gateway host's TCP needs that no socket option sets (gridsplitd
@@ -71,10 +56,6 @@ GATEWAY_HOST_SYSCTLS = {
 # the gateway (4 senders: 20-44 retransmissions and 1-2 timeouts each in a
 # 3-gather job; with 1 segment, none). Later gathers run inside the clamps.
 GATEWAY_LAN_INITRWND = 1
-
-
-def gateway_host(topo: Topology, site: str):
-    return next(h for h in topo.hosts() if h.role == "gateway" and h.site == site)
 
 
 # Bytes of TCP header options in every LAN segment: Linux sends timestamps
@@ -236,7 +217,7 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         # The link's path runs from this gateway's NIC through the WAN to the
         # peer gateway's NIC: the slowest of them is its rate, and pacing just
         # under it keeps the sender's NIC bursts out of the far switch's buffer.
-        path = topo.bottleneck_mbps(gateway_host(topo, site), gateway_host(topo, peer))
+        path = gateway_path_mbps(topo, site, peer)
         fig = m or {"bandwidth_bps": int(path * 1e6), "rtt_ms": w.rtt_ms,
                     "pacing_bps": pacing_bps(wan_pacing_mbps(topo, site, peer, path))}
         if g.wan_streams:

@@ -34,12 +34,12 @@ from collections import Counter
 from functools import lru_cache
 
 from ..errors import GridsplitError
-from ..capacity import LAN_RTT_S, lan_window_budget, wan_streams
+from ..capacity import LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_pacing_mbps, wan_streams
 from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
                          recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex,
-                         clamp_share, clamped_flow_rate)
+                         clamp_share, clamped_flow_rate, shared_port_rounds)
 
 # -- the grid ----------------------------------------------------------------
 
@@ -263,12 +263,31 @@ def _half_duplex_sites(topo: Topology, flows: Counter, split: frozenset[frozense
     return frozenset(s for s, f in flows.items() if s in both and half_duplex(lan_window_budget(topo, s), f))
 
 
+def _far_ports(topo: Topology, job: Job, msgs: Counter, relay) -> dict[tuple[str, str], tuple[float, ...]]:
+    """For each relayed crossing (a, b) among `msgs` ((site, site) -> messages sent at once),
+    what meets b's gateway port (term (h)), per gateway of b: the flight a's WAN link brings in,
+    the rate of every relayed peer's link into it (each at its pacing rate), the rate of b's own
+    relayed senders (their NICs), and a's link's rate. `relay(a, b)`: by site name."""
+    out = {}
+    for b in {y for (x, y) in msgs if relay(x, y)}:
+        site = topo.site(b)
+        g = max(1, len(site.gateway_addrs))
+        senders = min(site.nodes, sum(n for (x, y), n in msgs.items() if x == b and relay(x, y)))
+        pace = {x: Bps(wan_pacing_mbps(topo, x, b, gateway_path_mbps(topo, x, b)))
+                for x in {x for (x, y) in msgs if y == b and relay(x, y)}}
+        for x, link in pace.items():
+            out[(x, b)] = (msgs[(x, b)] * job.size / g, sum(pace.values()), senders * Bps(site.nic_mbps) / g, link)
+    return out
+
+
 def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: float, volume: float,
-              idle: float = 0.0) -> dict[str, float]:
+              idle: float = 0.0, far: tuple[float, float, float] | None = None) -> dict[str, float]:
     """The parts of one rank pair's message once its step starts: the protocol's crossings, the
     bytes at the pair's share of its path, the window a direct WAN connection resumes with
     after `idle` and its slow start, the loss rounds of its first flight and the regrowth
-    after them, the relayed flow's window over the WAN RTT, random loss per connection or stream."""
+    after them, the relayed flow's window over the WAN RTT, random loss per connection or stream;
+    relayed, the loss rounds of its WAN link's flight at the far gateway's port (`far`, from
+    `_far_ports`) and the link's regrowth after them."""
     if a.name == b.name:
         return {"latency": LAN_RTT_S * (1.5 if job.rendezvous else 0.5), "transfer": volume / share}
     w = topo.wan(a.name, b.name)
@@ -277,7 +296,15 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
     if split:
         rate = min(share, topo.gateways.per_flow_buffer / rtt)
         rate = random_loss_rate(rate, volume, rtt, w.loss, streams_for(topo, a, b, job))
-        return {"latency": lat, "relay": RELAY_S * (3 if job.rendezvous else 1), "transfer": volume / rate}
+        out = {"latency": lat, "relay": RELAY_S * (3 if job.rendezvous else 1), "transfer": volume / rate}
+        if far:
+            flight, wan_in, lan_in, link = far
+            lost = shared_port_rounds(flight, b.switch_buffer_bytes, Bps(b.host_nic_mbps("gateway")), wan_in, lan_in)
+            if lost:
+                # The link's one window lost at once: fast retransmit a WAN RTT later, then it
+                # regrows from BETA of the flight (as a direct connection after incast, below).
+                out["incast"] = lost * recovery_s(flight, rtt) + ramp_s(flight, BETA * flight, link, rtt, MSS)
+        return out
     rate = random_loss_rate(share, volume, rtt, w.loss, 1)
     w0 = restart_window(rate * rtt, idle, rtt)
     # Steps are not aligned: the first flight meets the previous step's flow still draining
@@ -326,6 +353,8 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
         # Per step, how many rank pairs go from each site to each: a rank's NIC carries one message
         # of a step, the WAN links and gateways are shared by the step's pairs that cross them.
         steps = [Counter((names[i], names[(i + k) % P]) for i in range(P)) for k in range(1, P)]
+        # What each step's relayed links bring into the far gateways' ports (term (h)).
+        fars = [_far_ports(topo, job, step, lambda a, b: relay(site[a], site[b])) for step in steps]
         # The sending gateway's LAN clamp divides its port's budget among every open relayed socket
         # (a rank's connection to each relayed peer rank stays open), of which a step uses one per
         # node: that flow runs at its share's window per LAN turn (clamped_flow_rate, §5.1 (g)).
@@ -338,7 +367,7 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
             """The steps' parts, each step's from its slowest pair."""
             parts = {"latency": rtt_max / 2, "relay": 0.0, "transfer": 0.0, "slow_start": 0.0, "incast": 0.0}
             memo: dict[tuple, dict[str, float]] = {}
-            for step in steps:
+            for step, far in zip(steps, fars):
                 users: Counter = Counter()
                 for pair, n in step.items():
                     users.update({r: n for r, _ in route[pair] if r[0] != "rank"})
@@ -347,10 +376,11 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
                     share = min(rate / users.get(r, 1) for r, rate in route[(a, b)])
                     if relay(site[a], site[b]):
                         share = min(share, clamp[a])
-                    if (a, b, share) not in memo:
-                        memo[(a, b, share)] = _transfer(topo, job, site[a], site[b], relay(site[a], site[b]),
-                                                        share, job.size, idle)
-                    times.append(memo[(a, b, share)])
+                    key = (a, b, share, far.get((a, b)))
+                    if key not in memo:
+                        memo[key] = _transfer(topo, job, site[a], site[b], relay(site[a], site[b]), share, job.size,
+                                              idle, far.get((a, b)))
+                    times.append(memo[key])
                 for k, v in max(times, key=lambda t: sum(t.values())).items():
                     parts[k] += v
             return parts
@@ -436,9 +466,11 @@ def _halo(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dict:
     # Each connection carries one message per repetition, idle for the rest of it.
     idle = lat + times[bottleneck]
     worst = None
+    far = _far_ports(topo, job, msgs, lambda a, b: relay(topo.site(a), topo.site(b)))
     for a, b in crossing:
         share = min(bps / users[r] for r, bps in route[(a, b)])
-        t = _transfer(topo, job, topo.site(a), topo.site(b), relay(topo.site(a), topo.site(b)), share, job.size, idle)
+        t = _transfer(topo, job, topo.site(a), topo.site(b), relay(topo.site(a), topo.site(b)), share, job.size, idle,
+                      far.get((a, b)))
         if worst is None or sum(t.values()) > sum(worst.values()):
             worst = t
     if worst and sum(worst.values()) > sum(parts.values()):

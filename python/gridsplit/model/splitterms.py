@@ -231,3 +231,17 @@ def clamped_flow_rate(window: float, rate: float, turn: float = LAN_TURN_S) -> f
     if not math.isfinite(window):
         return rate
     return min(rate, window / (min(window, MSS) / rate + turn))
+
+
+# -- (h) a WAN link into a gateway port that the gateway's own nodes send through -----------------
+
+
+def shared_port_rounds(flight: float, buffer: int, port: float, wan_in: float, lan_in: float) -> int:
+    """Loss rounds of a WAN link's `flight` at the far gateway's switch port (`port` bytes/s,
+    `buffer`) when that gateway's own nodes send their relayed bytes through the same port at once
+    (`lan_in` bytes/s): in an exchange a one-NIC gateway's port takes the WAN links' arrivals
+    (`wan_in`, each paced at most at the path's rate, so alone they fit) and its LAN senders'
+    together (docs/model.md §5.1 (h)). None when nothing of the site leaves through the gateway."""
+    if lan_in <= 0:
+        return 0
+    return burst_rounds(flight, buffer, port, wan_in + lan_in)
