@@ -39,7 +39,7 @@ from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
                          recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex,
-                         clamp_share, clamped_flow_rate, shared_port_rounds)
+                         clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
 
 # -- the grid ----------------------------------------------------------------
 
@@ -281,13 +281,14 @@ def _far_ports(topo: Topology, job: Job, msgs: Counter, relay) -> dict[tuple[str
 
 
 def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: float, volume: float,
-              idle: float = 0.0, far: tuple[float, float, float] | None = None) -> dict[str, float]:
+              idle: float = 0.0, far: tuple[float, ...] | None = None, fan_in: int = 2) -> dict[str, float]:
     """The parts of one rank pair's message once its step starts: the protocol's crossings, the
     bytes at the pair's share of its path, the window a direct WAN connection resumes with
     after `idle` and its slow start, the loss rounds of its first flight and the regrowth
     after them, the relayed flow's window over the WAN RTT, random loss per connection or stream;
     relayed, the loss rounds of its WAN link's flight at the far gateway's port (`far`, from
-    `_far_ports`) and the link's regrowth after them."""
+    `_far_ports`) and the link's regrowth after them. `fan_in`: the flows whose first flights
+    meet at the receiver's port at once."""
     if a.name == b.name:
         return {"latency": LAN_RTT_S * (1.5 if job.rendezvous else 0.5), "transfer": volume / share}
     w = topo.wan(a.name, b.name)
@@ -307,10 +308,11 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
         return out
     rate = random_loss_rate(share, volume, rtt, w.loss, 1)
     w0 = restart_window(rate * rtt, idle, rtt)
-    # Steps are not aligned: the first flight meets the previous step's flow still draining
-    # into the receiver's port (two flows at its rate), so the port queues all of it.
+    # Pairwise steps are not aligned: the first flight meets the previous step's flow still
+    # draining into the receiver's port (two flows at its rate), so the port queues all of it.
+    # All at once, the flights of every rank of the sender's site (one distance) meet there.
     port = Bps(b.nic_mbps)
-    lost = burst_rounds(min(w0, volume), b.switch_buffer_bytes, port, 2 * port)
+    lost = burst_rounds(fan_in / 2 * min(w0, volume), b.switch_buffer_bytes, port, fan_in * port)
     if not lost:
         return {"latency": lat, "transfer": volume / rate, "slow_start": slow_start_s(volume, 1, w0, rate, rtt)}
     # After the loss the window regrows from BETA of the flight by a segment per round trip (as a gather's).
@@ -344,6 +346,7 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     rtt_max = max((w.rtt_ms / 1e3 for w in topo.wans if topo.site(w.a).nodes and topo.site(w.b).nodes), default=LAN_RTT_S)
     route = {(a, b): _path(topo, site[a], site[b], relay(site[a], site[b])) for a in site for b in site}
     hd: frozenset[str] = frozenset()
+    linear = alltoall_algorithm(job.impl, P, job.size) == "linear"
     if not job.rendezvous:
         # Every message at once: a site's nodes open a relayed flow to every rank of each relayed peer.
         out = Counter({s.name: s.nodes * sum(o.nodes for o in topo.sites if relay(s, o)) for s in topo.sites})
@@ -352,7 +355,11 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     if job.rendezvous:
         # Per step, how many rank pairs go from each site to each: a rank's NIC carries one message
         # of a step, the WAN links and gateways are shared by the step's pairs that cross them.
-        steps = [Counter((names[i], names[(i + k) % P]) for i in range(P)) for k in range(1, P)]
+        # Linear (Open MPI's choice for most sizes): one step of every pair, each rank's NIC
+        # shared by its P-1 messages each way.
+        steps = ([Counter((names[i], names[j]) for i in range(P) for j in range(P) if i != j)] if linear else
+                 [Counter((names[i], names[(i + k) % P]) for i in range(P)) for k in range(1, P)])
+        fan = P - 1 if linear else 1
         # What each step's relayed links bring into the far gateways' ports (term (h)).
         fars = [_far_ports(topo, job, step, lambda a, b: relay(site[a], site[b])) for step in steps]
         # The sending gateway's LAN clamp divides its port's budget among every open relayed socket
@@ -373,13 +380,14 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
                     users.update({r: n for r, _ in route[pair] if r[0] != "rank"})
                 times = []
                 for a, b in step:
-                    share = min(rate / users.get(r, 1) for r, rate in route[(a, b)])
+                    share = min(rate / (fan if r[0] == "rank" else users.get(r, 1)) for r, rate in route[(a, b)])
                     if relay(site[a], site[b]):
                         share = min(share, clamp[a])
-                    key = (a, b, share, far.get((a, b)))
+                    fan_in = site[a].nodes + 1 if linear else 2
+                    key = (a, b, share, far.get((a, b)), fan_in)
                     if key not in memo:
                         memo[key] = _transfer(topo, job, site[a], site[b], relay(site[a], site[b]), share, job.size,
-                                              idle, far.get((a, b)))
+                                              idle, far.get((a, b)), fan_in)
                     times.append(memo[key])
                 for k, v in max(times, key=lambda t: sum(t.values())).items():
                     parts[k] += v
@@ -387,8 +395,9 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
         # Each pair's connection carries one message per repetition: idle for the rest of it
         # (the other steps, then the barrier), which a first estimate gives.
         first = sum(exchange((P - 2) * (job.size / min(Bps(x.nic_mbps) for x in topo.sites) + rtt_max)).values())
-        parts = exchange(first * (P - 2) / (P - 1) + rtt_max)
-        return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "pairwise", "steps": P - 1}
+        parts = exchange(first * (len(steps) - 1 if len(steps) > 1 else 1) / len(steps) + rtt_max)
+        return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "linear" if linear else "pairwise",
+                "steps": len(steps)}
     load: Counter = Counter()
     rate: dict[tuple, float] = {}
     for (a, b), hops in route.items():

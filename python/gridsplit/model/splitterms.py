@@ -33,6 +33,37 @@ IMPLS = {"openmpi": {"eager": 65536, "poll": False, "tree": False},
          "mpich": {"eager": 65536, "poll": True, "tree": True}}
 
 
+# Which MPI_Alltoall algorithm a library runs, by communicator size and bytes per rank pair:
+# "linear" posts every send and receive at once, "pairwise" runs P-1 steps of one send and one
+# receive each (docs/model.md §5.2). MPICH (MPIR_Alltoall_intra_auto with its CVAR defaults):
+# pairwise above 32768 bytes (MPIR_CVAR_ALLTOALL_MEDIUM_MSG_SIZE); below, batches of 32 at once
+# (as many as the lab's jobs have peers), and Bruck's under 256 bytes from 8 ranks (at once here).
+# Open MPI 4.1 (coll/tuned's fixed decision, ompi_coll_tuned_alltoall_intra_dec_fixed): rows of
+# (communicator size below, ((bytes below, algorithm), ...), algorithm beyond); its linear_sync
+# with the default max_requests (0) and its Bruck are "linear" here, two_procs "pairwise".
+_L, _P = "linear", "pairwise"
+OMPI_ALLTOALL = (
+    (3, ((32768, _P), (262144, _L)), _P),
+    (8, ((524288, _L), (1048576, _P)), _L),
+    (64, (), _L),
+    (128, ((262144, _L),), _P),
+    (256, ((262144, _L),), _P),
+    (512, ((32768, _L),), _P),
+    (1024, ((262144, _L),), _P),
+)
+
+
+def alltoall_algorithm(impl: str, ranks: int, size: int) -> str:
+    """"linear" or "pairwise": what `impl`'s MPI_Alltoall runs for `ranks` ranks and `size` bytes
+    per pair (OMPI_ALLTOALL; MPICH by its medium-message size)."""
+    if impl != "openmpi":
+        return _P if size > 32768 else _L
+    for below, rows, beyond in OMPI_ALLTOALL:
+        if ranks < below:
+            return next((alg for lt, alg in rows if size < lt), beyond)
+    return _L
+
+
 def Bps(mbps: float) -> float:
     """Payload bytes per second of a link of `mbps` carrying full-size frames."""
     return mbps * 1e6 / 8 * GOODPUT
