@@ -386,7 +386,9 @@ def test_split_policy_checks_the_pairs_it_splits_together():
     # `model advise` shows the same policy beside its per-pair answers.
     d = json.loads(gridsplit("model", "advise", "-t", str(ev4), "--size", "1M", "--op", "alltoall", "--json").stdout)
     assert [(tuple(p["sites"]), p["split"]) for p in d["policy"]] == [(p, yes) for p, (yes, _) in pol.items()]
-    assert "together with west-north" in next(p["reason"] for p in d["policy"] if p["sites"] == ["east", "north"])
+    en = next(p for p in d["policy"] if p["sites"] == ["east", "north"])
+    assert "together with west-north" in en["reason"] and en["why"].startswith("relayed together with west-north, the ")
+    assert next(p["why"] for p in d["policy"] if p["sites"] == ["west", "north"]).endswith("K gains")
     yes, why = pol[("east", "north")]
     assert not yes and "together with west-north" in why and "would lose" in why and "on its own: predicted" in why
     h3 = load_topology(str(ROOT / "results/matrix/2026-11-27-holdout3/holdout3.toml"))

@@ -328,20 +328,12 @@ def advise(topology, nodes, scale, size, ops, impl, params, validation, split_va
                                 **bands["overall"]},
            # What `gridsplit gateway config` writes for this grid: the job unknown, and the pairs
            # checked together (docs/model.md §5.6), so it can differ from a pair's answer above.
-           "policy": [{"sites": list(p), "split": yes, "reason": why}
+           "policy": [{"sites": list(p), "split": yes, "reason": why, "why": splitadvise.policy_short(topo)[p]}
                       for p, (yes, why) in splitadvise.split_policy(topo).items()]}
     if as_json:
         emit_json(res)
         return
     _print_advice(res, m)
-
-
-def _policy_why(reason: str) -> str:
-    """The short form of a policy reason (splitadvise.split_policy): what keeps the pair direct."""
-    why = reason.split(": ", 1)[-1]
-    if "; on its own:" in why:
-        return why.split("; on its own:")[0]
-    return why[why.rfind("(") + 1:-1] if why.endswith(")") else why
 
 
 def _split_verdict(c: dict) -> dict:
@@ -375,7 +367,7 @@ def _print_advice(res: dict, m: int) -> None:
         con.print("default policy (`gridsplit gateway config`, any job, pairs checked together):")
         for p in res["policy"]:
             con.print(f"  {' – '.join(p['sites'])}: {'[green]split[/green]' if p['split'] else 'direct'}"
-                      + ("" if p["split"] else f" ({_policy_why(p['reason'])})"))
+                      + ("" if p["split"] else f" ({p['why']})"))
     for n in res.get("notes", []):
         con.print(f"[yellow]note:[/yellow] {n} (pLogP parameters extrapolated: their error bands widened by 25 points)")
     band = lambda c: "-" if c["error_median"] is None else f"±{100 * c['error_median']:.0f} % (worst {100 * c['error_max']:.0f} %)"

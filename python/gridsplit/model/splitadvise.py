@@ -153,47 +153,56 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
     halo), with it and every pair taken before it relayed together, still lose nothing beyond
     TOLERANCE: a site's gateway carries every relayed pair's bytes at once, which no pair's
     prediction on its own shows (docs/model.md §5.6)."""
-    return dict(_split_policy(topo, impl))
+    return {pair: (split, why) for pair, (split, why, _) in _split_policy(topo, impl)}
+
+
+def policy_short(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str], str]:
+    """split_policy's reasons in short, what decided each pair: "split = all", "halo 100K would
+    lose", "relayed together with a-b, the alltoall of 1000K would lose (1.07)", ..."""
+    return {pair: short for pair, (_, _, short) in _split_policy(topo, impl)}
 
 
 @lru_cache(maxsize=16)
-def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tuple[bool, str]], ...]:
-    out: dict[tuple[str, str], tuple[bool, str]] = {}
+def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tuple[bool, str, str]], ...]:
+    out: dict[tuple[str, str], tuple[bool, str, str]] = {}
     gains: dict[tuple[str, str], float] = {}
     for w in topo.wans:
         if not (topo.site(w.a).gateway and topo.site(w.b).gateway):
             continue
         if not topo.routed:
-            out[(w.a, w.b)] = (True, "split: the sites' subnets are not routed to each other ([addressing] routed = false)")
+            out[(w.a, w.b)] = (True, "split: the sites' subnets are not routed to each other ([addressing] routed = false)",
+                               "routed = false")
             continue
         if topo.gateways.split == "all":
-            out[(w.a, w.b)] = (True, 'split: [gateways] split = "all"')
+            out[(w.a, w.b)] = (True, 'split: [gateways] split = "all"', 'split = "all"')
             continue
         empty = [x for x in (w.a, w.b) if not topo.site(x).nodes]
         if empty:
-            out[(w.a, w.b)] = (False, f"direct: {empty[0]} has no nodes, so no rank pair crosses {w.a}-{w.b}")
+            out[(w.a, w.b)] = (False, f"direct: {empty[0]} has no nodes, so no rank pair crosses {w.a}-{w.b}",
+                               f"{empty[0]} has no nodes")
             continue
         ratios = {(op, m): sm.cell(topo, sm.Job(op, m, impl), (w.a, w.b))["ratio"] for op, m in POLICY_JOBS}
         gains_any = min(ratios.values()) < sm.DECIDE_BELOW
         worst = max(ratios, key=ratios.get)
         ok = ratios[worst] <= 1 + TOLERANCE
         text = ", ".join(f"{op} {m // 1000}K {r:.2f}" for (op, m), r in ratios.items())
+        best = min(ratios, key=ratios.get)
+        short = (f"{worst[0]} {worst[1] // 1000}K would lose" if not ok else "nothing gains" if not gains_any else
+                 f"{best[0]} {best[1] // 1000}K gains")
         why = ("split" if gains_any and ok else "direct") + f": predicted split/direct {text}"
-        if not ok:
-            why += f" ({worst[0]} {worst[1] // 1000}K would lose)"
-        elif not gains_any:
-            why += " (nothing gains)"
+        if not (gains_any and ok):
+            why += f" ({short})"
         else:
             gains[(w.a, w.b)] = min(ratios.values())
-        out[(w.a, w.b)] = (gains_any and ok, why)
+        out[(w.a, w.b)] = (gains_any and ok, why, short)
     taken: list[tuple[str, str]] = []
     for pair in sorted(gains, key=lambda p: (gains[p], p)):
         if taken:
             worst, ratio = _joint_worst(topo, impl, [*taken, pair])
             if ratio > 1 + TOLERANCE:
-                out[pair] = (False, f"direct: relayed together with {', '.join('-'.join(p) for p in taken)}, the "
-                                    f"{worst[0]} of {worst[1] // 1000}K would lose (predicted split/direct "
-                                    f"{ratio:.2f}); on its own: " + out[pair][1].split(": ", 1)[1])
+                short = (f"relayed together with {', '.join('-'.join(p) for p in taken)}, the {worst[0]} of "
+                         f"{worst[1] // 1000}K would lose (predicted split/direct {ratio:.2f})")
+                out[pair] = (False, f"direct: {short}; on its own: " + out[pair][1].split(": ", 1)[1], short)
                 continue
         taken.append(pair)
     return tuple(out.items())
