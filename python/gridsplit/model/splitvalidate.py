@@ -56,6 +56,9 @@ DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/matrix/2026-11-26-three-sites-alltoall/alltoall.jsonl",
                  "results/matrix/2026-11-26-three-sites-alltoall/alltoall-windows-fixed.jsonl",
                  *REVEALED,
+                 # ev4 under the policy after (h) and after the all-to-all algorithm (measured after both)
+                 *(f"results/matrix/2026-11-27-ev4-policy/{v}-{op}.jsonl" for v in ("after-h", "after-alg")
+                   for op in ("alltoall", "halo", "gather")),
                  # `gridsplit bench app` runs: scored on the default policy's decision (appvalidate.py)
                  "results/app/2026-11-26-paper/paper-openmpi.jsonl",
                  "results/app/2026-11-26-paper/paper-mpich-mpi4py.jsonl",
