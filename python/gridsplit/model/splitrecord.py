@@ -57,7 +57,8 @@ def grid_rows(path: str, topo: Topology, bands: dict[str, Any], run_policy: set[
                                  "pair": pair["sites"], "op": op, "size": m, "impl": impl, "modelled": True,
                                  "direct_s": c["direct_s"], "split_s": c["split_s"],
                                  "split_over_direct": c["split_over_direct"], "advice_split": c["split"],
-                                 "band_p90": c["band"]["p90"], "band_validated": c["band"]["validated"],
+                                 "band_p90": c["band"]["p90"], "band_factor": c["band"]["factor"], "range": c["range"],
+                                 "band_validated": c["band"]["validated"],
                                  "streams": c["streams"], "policy_split": key in split,
                                  "policy_reason": reasons.get(key)})
                 rows.append(bench_row(path, topo, op, m, impl, run))
@@ -144,6 +145,6 @@ def report_lines(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             continue
         L.append(f"| {r['grid']} | {'-'.join(r['pair'])} | {r['op']} | {_fmt(r['size'])} | {r['impl']} | "
                  f"{r['direct_s'] * 1e3:.1f} ms | {r['split_s'] * 1e3:.1f} ms | {r['split_over_direct']:.2f} "
-                 f"(±{r['band_p90']:.2f}) | {'split' if r['advice_split'] else 'direct'} | "
+                 f"({r['range'][0]:.2f}-{r['range'][1]:.2f}) | {'split' if r['advice_split'] else 'direct'} | "
                  f"{'split' if r['policy_split'] else 'direct'} |")
     return L
