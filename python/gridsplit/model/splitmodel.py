@@ -398,7 +398,7 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
         # Each pair's connection carries one message per repetition: idle for the rest of it
         # (the other steps, then the barrier), which a first estimate gives.
         first = sum(exchange((P - 2) * (job.size / min(Bps(x.nic_mbps) for x in topo.sites) + rtt_max)).values())
-        parts = exchange(first * (len(steps) - 1 if len(steps) > 1 else 1) / len(steps) + rtt_max)
+        parts = exchange(first * max(1, len(steps) - 1) / len(steps) + rtt_max)
         return {"seconds": sum(parts.values()), "parts": parts, "algorithm": "linear" if linear else "pairwise",
                 "steps": len(steps)}
     load: Counter = Counter()
