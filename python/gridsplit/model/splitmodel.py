@@ -299,7 +299,10 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
         rate = random_loss_rate(rate, volume, rtt, w.loss, streams_for(topo, a, b, job))
         out = {"latency": lat, "relay": RELAY_S * (3 if job.rendezvous else 1), "transfer": volume / rate}
         if far:
+            # A paced link brings at most its rate times the RTT into the far port per round trip:
+            # a larger message is several flights, which the window's regrowth (below) covers.
             flight, wan_in, lan_in, link = far
+            flight = min(flight, link * rtt)
             lost = shared_port_rounds(flight, b.switch_buffer_bytes, Bps(b.host_nic_mbps("gateway")), wan_in, lan_in)
             if lost:
                 # The link's one window lost at once: fast retransmit a WAN RTT later, then it
