@@ -30,7 +30,9 @@ CANARY = b"EAVESDROP-CANARY-"
 def topo_text(encryption: str | None) -> str:
     text = MINI.replace('name = "mini"', 'name = "sealed"')
     if encryption is not None:
-        text += f'\n[gateways]\nencryption = "{encryption}"\n'
+        # Into mini's own [gateways] table (a TOML table is declared once).
+        assert "[gateways]\n" in text
+        text = text.replace("[gateways]\n", f'[gateways]\nencryption = "{encryption}"\n', 1)
     return text
 
 

@@ -34,8 +34,9 @@ def outage_lab(tmp_path_factory):
     needs_root()
     preset = (ROOT / "python" / "gridsplit" / "presets" / "mini.toml").read_text()
     topo = tmp_path_factory.mktemp("outage") / "mini-outage.toml"
+    assert "[gateways]\n" in preset   # mini's own table (a TOML table is declared once)
     topo.write_text(preset.replace('name = "mini"', 'name = "mini-outage"')
-                    + f"\n[gateways]\noutage_limit_s = {LIMIT_S}\n")
+                    .replace("[gateways]\n", f"[gateways]\noutage_limit_s = {LIMIT_S}\n", 1))
     gridsplit("lab", "down")
     gridsplit("lab", "up", "--topology", str(topo))
     yield

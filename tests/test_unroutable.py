@@ -54,14 +54,14 @@ def test_routed_defaults_to_true_and_false_splits_every_pair(tmp_path):
     assert len(sites) == 2 and not any("direct_to" in l for l in sites), conf
 
 
-@pytest.mark.parametrize("extra,want", [
-    ("", "addressing.routed: must be true or false, got 'no'"),
-    ("[gateways]\nsplit = \"auto\"\n", 'gateways.split: "auto" may keep a site pair direct'),
+@pytest.mark.parametrize("old,new,want", [
+    ("routed = false", 'routed = "no"', "addressing.routed: must be true or false, got 'no'"),
+    ('split = "all"', 'split = "auto"', 'gateways.split: "auto" may keep a site pair direct'),
 ])
-def test_bad_routed_settings_are_one_line(tmp_path, extra, want):
-    text = unroutable_text(extra)
-    if not extra:
-        text = text.replace("routed = false", 'routed = "no"')
+def test_bad_routed_settings_are_one_line(tmp_path, old, new, want):
+    text = unroutable_text()
+    assert old in text
+    text = text.replace(old, new)
     one_line_error(gridsplit("gateway", "nodes-config", "-t", write(tmp_path, "b.toml", text), check=False), want)
 
 
