@@ -123,16 +123,18 @@ def test_bad_input_is_one_line_and_changes_nothing(lab, args, says):
 
 
 def test_blackout_drops_silently_then_the_path_comes_back(lab):
-    cp = gridsplit("lab", "fault", "blackout", "--pair", "east:west", "--seconds", "2.5", "--background")
+    # 4 s, the rules checked before the ping: on a loaded VM the ping alone has outlasted 2.5 s, and the
+    # rules were already gone when read after it.
+    cp = gridsplit("lab", "fault", "blackout", "--pair", "east:west", "--seconds", "4", "--background")
     assert "undo process" in " ".join(cp.stdout.split())
     [f] = faults()
     assert f["kind"] == "blackout" and f["target"] == "east:west" and f["undo_alive"]
-    assert 0 < f["remaining_s"] <= 2.5 and f["ends_at"] - f["started_at"] == pytest.approx(2.5, abs=0.01)
+    assert 0 < f["remaining_s"] <= 4 and f["ends_at"] - f["started_at"] == pytest.approx(4, abs=0.01)
+    assert f"{F.FAULT_BASE + f['id']}:" in rules("east") and f"{F.FAULT_BASE + f['id']}:" in rules("west")
     p = ping(5, 0.1)
     # Gone without a word: no reply, no ICMP error ("Destination Host Unreachable"), ping exits 1 (not 2).
     assert received(p) == 0 and "nreachable" not in p.stdout + p.stderr and p.returncode == 1, p.stdout + p.stderr
-    assert f"{F.FAULT_BASE + f['id']}:" in rules("east") and f"{F.FAULT_BASE + f['id']}:" in rules("west")
-    wait_for(lambda: faults() == [], 5, "the blackout ends on time")
+    wait_for(lambda: faults() == [], 7, "the blackout ends on time")
     assert not alive(f["undo_pid"])
     assert "lookup 1" not in rules("east").replace("lookup local", "")
     assert received(ping(5, 0.05)) == 5
