@@ -281,9 +281,9 @@ def test_lab_untuned_window_limited_tuned_ok(wizard_lab, tmp_path):
     emu = cell["tuned"].get("emulator") or {}
     if emu.get("ok", True):
         assert t["verdict"] == "ok", t["why"]
-    else:
+        assert cell["tuned"]["goodput_mbps"] > 3 * cell["untuned"]["goodput_mbps"]
+    else:  # the machine was measured, not the path: no claim on the tuned rate
         assert t["verdict"] == "host-limited" and "delay line" in t["why"], t["why"]
-    assert cell["tuned"]["goodput_mbps"] > 3 * cell["untuned"]["goodput_mbps"]
     assert (tmp_path / "netcheck-heatmaps.png").stat().st_size > 10000
     # Resume: the measured cell is kept, nothing is measured again.
     t1 = time.monotonic()
@@ -361,7 +361,8 @@ def test_hosts_mode_over_real_ssh_reproduces_the_wizard_gap(sshd_on_lab_hosts, t
     assert u["verdict"] == "window-limited", (u["why"], emu)
     assert f"net.core.rmem_max = {cell['advice']['buffer_bytes']}" in cp.stdout
     assert cell["tuning"]["method"] == "sysctl"
-    assert cell["tuned"]["goodput_mbps"] > 3 * cell["untuned"]["goodput_mbps"]
+    if not (emu and queues.fell_behind(emu)):  # else the machine was measured, not the path
+        assert cell["tuned"]["goodput_mbps"] > 3 * cell["untuned"]["goodput_mbps"]
     assert 9.5 <= cell["rtt"]["min_ms"] <= 12, cell["rtt"]
     assert cell["parallel"][0]["streams"] == 2 and cell["parallel"][0]["goodput_mbps"] > 0
     # The tuned pass restored the hosts' own settings.
