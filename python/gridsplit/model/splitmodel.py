@@ -12,9 +12,7 @@ gateways) and the four things splitting changes, each a term of its own:
   converge on one switch port hold at most buffer + rate x RTT in flight; what
   they send beyond is dropped and recovered one round trip later by the
   connection that lost it (WAN RTT direct, LAN RTT on a split LAN leg), or by a
-  timeout (RTO_MIN) when its window is too small for three duplicate ACKs; a direct
-  connection whose every message loses there runs at the window that balances one
-  decrease per message (`repeated_loss_s`);
+  timeout (RTO_MIN) when its window is too small for three duplicate ACKs;
 * slow start (`slow_start_s`, `restart_window`, `ramp_s`): a connection opens IW segments and doubles per
   RTT; a direct connection idle for longer than its RTO halves its window per RTO,
   the gateways' WAN links never do (tcp_slow_start_after_idle = 0);
@@ -40,8 +38,8 @@ from ..capacity import LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_paci
 from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
-                         recovery_s, repeated_loss_s, restart_window, slow_start_s, steady_rate, fed_port_excess,
-                         half_duplex, clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
+                         recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex,
+                         clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
 
 # -- the grid ----------------------------------------------------------------
 
@@ -324,13 +322,8 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
     if not lost:
         return {"latency": lat, "transfer": volume / rate, "slow_start": slow_start_s(volume, 1, w0, rate, rtt)}
     # After the loss the window regrows from BETA of the flight by a segment per round trip (as a gather's).
-    ramp = ramp_s(volume, BETA * min(w0, volume), rate, rtt, MSS)
-    # Term (i): the other flow into the receiver's port starts about a one-way delay apart; when the
-    # message still outlasts that by more than the port's buffer, every repetition loses, and the
-    # connection's window settles where that balances (docs/model.md §5.1 (i)).
-    if volume - rtt / 2 * port > b.switch_buffer_bytes:
-        ramp = max(ramp, repeated_loss_s(volume, rate, rtt))
-    return {"latency": lat, "transfer": volume / rate, "incast": lost * recovery_s(w0, rtt) + ramp}
+    return {"latency": lat, "transfer": volume / rate,
+            "incast": lost * recovery_s(w0, rtt) + ramp_s(volume, BETA * min(w0, volume), rate, rtt, MSS)}
 
 
 def alltoall(topo: Topology, job: Job, split) -> dict:

@@ -146,15 +146,6 @@ def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) 
     return idle
 
 
-def repeated_loss_s(volume: float, rate: float, rtt: float) -> float:
-    """Time a connection loses, beyond `volume` at `rate`, when every message it carries meets one
-    congestion event (its first flight overflows a drop-tail port each repetition): its window
-    settles where one multiplicative decrease per message balances its growth in between, the
-    Mathis bound at p = one event per message's segments. Zero when that window fills the pipe."""
-    bound = mathis_mbps(MSS, rtt * 1e3, MSS / volume) * 1e6 / 8
-    return max(0.0, volume / min(rate, bound) - volume / rate)
-
-
 def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:
     """Idle time slow start adds to `flows` connections opening with `w0` bytes each (ramp_s)."""
     return ramp_s(volume, flows * w0, rate, rtt)
