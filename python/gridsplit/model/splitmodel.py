@@ -341,8 +341,8 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     that cross it, so a one-NIC gateway carries each relayed byte of a step twice per
     direction when its site both sends and receives across. Below the limit every message
     leaves at once: the busiest resource of the whole exchange, plus the farthest pair's
-    crossing, plus the incast rounds at a node's port (one burst per remote site, since
-    sites at other distances arrive at other times)."""
+    crossing, plus the incast rounds at a node's port, where a remote site's senders each bring
+    one of their P-1 messages at once (docs/model.md §5.2)."""
     names = [r.name for r in ranks_of(topo)]
     P = len(names)
     if P < 2:
@@ -418,8 +418,11 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     for s in topo.sites:
         for o in topo.sites:
             if o.name != s.name and s.nodes and o.nodes and not relay(s, o):
+                # Each sender's NIC carries its P-1 messages at once (the libraries post them in
+                # rotated order), so a remote site's first flights reach a port at o.nodes/(P-1)
+                # of a NIC each: over it only from faster NICs.
                 r = burst_rounds(o.nodes * min(job.size, IW), s.switch_buffer_bytes, Bps(s.nic_mbps),
-                                 Bps(o.nic_mbps) * o.nodes)
+                                 Bps(o.nic_mbps) * o.nodes / (P - 1))
                 rec = max(rec, r * recovery_s(min(job.size, IW), topo.wan(s.name, o.name).rtt_ms / 1e3))
     parts = {"latency": rtt_max, "relay": RELAY_S * 2 if split else 0.0, "transfer": times[bottleneck],
              "slow_start": 0.0, "incast": rec}
