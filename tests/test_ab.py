@@ -65,6 +65,7 @@ def test_compare_pairs_the_sides_by_round():
     ("colour=red", "is not KEY=VALUE"),
     ("strategy=fastest", "is not one of"),
     ("lan_pacing=yes", "lan_pacing='yes' is not one of auto, on, off"),
+    ("split=east-", "split: 'east-' is not policy, all, none or site pairs joined by"),
     ("gridsplitd=/nonexistent/gridsplitd", "is not an executable file"),
 ])
 def test_bad_sides_are_one_line(text, msg):

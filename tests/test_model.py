@@ -407,6 +407,30 @@ def test_split_policy_checks_the_pairs_it_splits_together():
                 assert run(t, job, split)["seconds"] <= (1 + ST.TOLERANCE) * run(t, job, frozenset())["seconds"], (name, op, m)
 
 
+def test_wan_split_pins_a_pair_and_the_policy_checks_the_others_with_it(tmp_path):
+    """`[[wan]] split = "always"` or "never" decides its pair whatever the model predicts, and a pair
+    pinned split counts in the joint check of the others: with north-south pinned direct on ev4, the
+    pair the policy took with it is taken no longer, and east-north, kept direct beside it, is split."""
+    from gridsplit.topology_file import load_topology
+    text = (ROOT / "results/matrix/2026-11-27-wan-pacing/ev4-full.toml").read_text()
+    pinned = tmp_path / "ev4-pinned.toml"
+    pinned.write_text(text.replace('sites = ["north", "south"]', 'sites = ["north", "south"]\nsplit = "never"', 1))
+    pol = splitadvise.split_policy(load_topology(str(pinned)))
+    assert pol[("north", "south")] == (False, 'direct: [[wan]] split = "never"')
+    assert pol[("east", "north")][0]
+    # The same pair pinned split: the others are checked together with it, as when the policy took it.
+    pinned.write_text(text.replace('sites = ["north", "south"]', 'sites = ["north", "south"]\nsplit = "always"', 1))
+    pol = splitadvise.split_policy(load_topology(str(pinned)))
+    assert [p for p, (yes, _) in pol.items() if yes] == [("north", "south")]
+    assert "together with north-south" in pol[("east", "north")][1]
+    # A bench side's split=PAIRS is the same pins (Topology.with_split); the gateways' and nodes' configs say why.
+    t = load_topology(str(ROOT / "results/matrix/2026-11-27-wan-pacing/ev4-full.toml")).with_split("east-west+west-south")
+    assert {p for p, (yes, _) in splitadvise.split_policy(t).items() if yes} == {("east", "west"), ("west", "south")}
+    from gridsplit.gateway import nodes_conf
+    conf = nodes_conf(t)
+    assert "site east " in conf and "direct_to=north,south" in conf and '[[wan]] split = "never"' in conf
+
+
 def test_validate_split_on_a_committed_file(tmp_path):
     gridsplit("model", "validate-split", str(LOSSY / "gather.jsonl"), "--out", str(tmp_path))
     res = json.loads((tmp_path / "validation.json").read_text())

@@ -52,6 +52,20 @@ def test_mpi_through_gateways(lab, impl, prog, args):
     assert moved >= 10 * 50_000
 
 
+def test_split_names_the_pairs_it_splits(lab):
+    """`lab mpirun --split=PAIRS` splits the pairs named and leaves the others direct (`--split=none`:
+    all of them), with a node file of its own; a pair that is no WAN link is one line."""
+    prog = [str(ROOT / "build" / "mpi" / "openmpi" / "pingpong"), "-s", "64K", "-r", "20", "--check"]
+    for split, through in (("none", False), ("east-west", True), ("west-east", True)):
+        before = gw_status("east")["counters"]["flows_opened"]
+        cp = mpirun(f"--split={split}", "--impl", "openmpi", "--hosts", "west-1,east-1", "--", *prog)
+        assert all(json.loads(l)["verified"] for l in cp.stdout.splitlines() if l.startswith("{")), cp.stdout
+        assert (gw_status("east")["counters"]["flows_opened"] > before) == through, split
+    assert "10.71.1.254:7100 direct_to=west" in (state_dir() / "nodes-split-none.conf").read_text()
+    cp = gridsplit("lab", "mpirun", "--split=east-north", "--hosts", "west-1,east-1", "--", *prog, check=False)
+    assert cp.returncode != 0 and "east-north is no WAN link" in cp.stderr and "Traceback" not in cp.stderr
+
+
 def test_iperf3_through_gateways(lab):
     srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-west-1", "env", f"LD_PRELOAD={LIB}",
                             f"GRIDSPLIT_CONFIG={state_dir() / 'nodes.conf'}", "iperf3", "-s", "-1", "-p", "5999"],

@@ -101,6 +101,9 @@ BAD = [
     (GOOD + '[gateways]\nwan_streams = 0\n', "gateways.wan_streams: must be > 0, got 0; e.g. wan_streams = 4"),
     (GOOD + '[gateways]\nwan_streams = 17\n', "gateways.wan_streams: must be ≤ 16"),
     (GOOD + '[gateways]\nwan_streams = "many"\n', 'gateways.wan_streams: must be "auto" or a number'),
+    (GOOD.replace('rtt_ms = 10', 'rtt_ms = 10\nsplit = "yes"'), "wan[0].split: must be one of auto, always, never"),
+    (GOOD.replace('rtt_ms = 10', 'rtt_ms = 10\nsplit = "always"'),
+     'wan[0].split: "always" needs a gateway at both sites, and a has none'),
 ]
 
 

@@ -123,6 +123,8 @@ class WanLink:
     buffer_bytes: int
     loss: float
     subnet: ipaddress.IPv4Network
+    # `[[wan]] split` (WAN_SPLIT): "auto", the split policy decides; "always" or "never" pins it.
+    split: str = "auto"
 
     @property
     def rtt_ms(self) -> float:
@@ -138,6 +140,14 @@ class WanLink:
 
     def peer(self, site: str) -> str:
         return self.b if site == self.a else self.a
+
+
+# `[[wan]] split`: whether the site pair's connections are split. "auto": as the split policy
+# decides (model.splitadvise.split_policy, from the split model); "always" and "never" pin it,
+# e.g. for a pair where a measured application gains (or loses) against the model's prediction.
+WAN_SPLIT = ("auto", "always", "never")
+# What a bench side's `split=`, and `lab mpirun --split=`, take (Topology.with_split).
+SPLIT_SPEC = re.compile(r"^(policy|all|none|[a-z][a-z0-9]*-[a-z][a-z0-9]*(\+[a-z][a-z0-9]*-[a-z][a-z0-9]*)*)$")
 
 
 # `[gateways] lan_pacing`: whether a gateway paces what it writes toward each LAN
@@ -307,6 +317,37 @@ class Topology:
             rates += [self.site(src.site).uplink_mbps, self.wan(src.site, dst.site).rate_mbps]
         return min(rates)
 
+    def with_split(self, spec: str) -> "Topology":
+        """This grid with the site pairs that `spec` names split (SPLIT_SPEC): "policy" keeps the
+        topology's own keys, "all" splits every pair (`[gateways] split = "all"`), "none" keeps every
+        pair direct, and "a-b+c-d" splits exactly those pairs (`[[wan]] split` "always" for them,
+        "never" for the others): what `bench ab`/`bench app` sides and `lab mpirun --split` take."""
+        if spec == "policy":
+            return self
+        if spec == "all":
+            return replace(self, gateways=replace(self.gateways, split="all"))
+        if not SPLIT_SPEC.match(spec):
+            raise GridsplitError(f"split {spec!r}: give policy, all, none, or site pairs joined by '+', e.g. "
+                                 f"{'+'.join(w.name for w in self.wans[:2]) or 'east-west'}")
+        if not self.routed:
+            raise GridsplitError(f"split {spec!r}: the sites of topology {self.name!r} are not routed to each other "
+                                 "([addressing] routed = false), so every pair must be split; use policy or all")
+        names = [] if spec == "none" else spec.split("+")
+        chosen = set()
+        for n in names:
+            a, b = n.split("-")
+            w = next((w for w in self.wans if {w.a, w.b} == {a, b}), None)
+            if w is None:
+                raise GridsplitError(f"split {spec!r}: {n} is no WAN link of topology {self.name!r}; its links: "
+                                     f"{', '.join(x.name for x in self.wans)}")
+            gone = [x for x in (w.a, w.b) if not self.site(x).gateway]
+            if gone:
+                raise GridsplitError(f"split {spec!r}: site {gone[0]} has no gateway, so {n} cannot be split; "
+                                     f"set gateway = true for it or leave {n} out")
+            chosen.add(w.name)
+        wans = tuple(replace(w, split="always" if w.name in chosen else "never") for w in self.wans)
+        return replace(self, wans=wans, gateways=replace(self.gateways, split="auto"))
+
     def with_nodes(self, n: int) -> "Topology":
         """The same topology with `n` nodes on its variable sites (those with max_nodes), or on every site."""
         variable = [s for s in self.sites if s.max_nodes is not None] or list(self.sites)
@@ -363,7 +404,7 @@ class Topology:
             "wan": [
                 {"a": w.a, "b": w.b, "delay_ms_ab": w.delay_ms_ab, "delay_ms_ba": w.delay_ms_ba,
                  "rate_mbps": w.rate_mbps, "buffer_bytes": w.buffer_bytes, "loss": w.loss,
-                 "subnet": str(w.subnet)}
+                 "subnet": str(w.subnet), "split": w.split}
                 for w in self.wans
             ],
             "routed": self.routed,

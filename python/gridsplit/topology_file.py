@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import GridsplitError
 from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_TCP, DEFAULT_WAN_PACING, LAN_PACING, MAX_GATEWAYS,
-                       NAME_RE, PRESETS, STRATEGIES, WAN_PACING, GatewaySettings, LabSettings, Site, TcpSettings, Topology,
+                       NAME_RE, PRESETS, STRATEGIES, WAN_PACING, WAN_SPLIT, GatewaySettings, LabSettings, Site, TcpSettings, Topology,
                        WanLink)
 
 
@@ -98,7 +98,7 @@ class _Reader:
 SITE_KEYS = ("name", "subnet", "nodes", "max_nodes", "nic_mbps", "gateway_nic_mbps", "switch_buffer_bytes", "nic_queue_bytes",
              "uplink_mbps", "gateway", "gateways", "tcp")
 TCP_KEYS = ("rmem_max", "wmem_max", "congestion", "sack")
-WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss")
+WAN_KEYS = ("sites", "delay_ms", "delay_ms_ab", "delay_ms_ba", "rtt_ms", "rate_mbps", "buffer_bytes", "loss", "split")
 TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "wan", "gateways", "lab")
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
@@ -217,6 +217,19 @@ def _no_overlap(r: _Reader, key: str, net: ipaddress.IPv4Network, sites: list[Si
             r.fail(key, f"{what} overlaps site {other.name}'s {other.subnet}: the node library and the gateways "
                         f"tell sites apart by subnet alone, so two sites with one address plan cannot be told "
                         f"apart; renumber one site's plan, or give it a distinct subnet")
+
+
+def _wan_split(r: _Reader, a: str, b: str, routed: bool, gateway: dict[str, bool]) -> str:
+    """`[[wan]] split`: "auto" (the split policy decides), "always" or "never" (pinned)."""
+    split = r.string("split", "auto", WAN_SPLIT)
+    if split == "never" and not routed:
+        r.fail("split", f'"never" keeps {a}-{b} direct, and with [addressing] routed = false its nodes cannot reach '
+                        'each other directly; leave split unset')
+    gone = [x for x in (a, b) if not gateway[x]]
+    if split == "always" and gone:
+        r.fail("split", f'"always" needs a gateway at both sites, and {gone[0]} has none; set gateway = true '
+                        f'in its [[site]] or leave split unset')
+    return split
 
 
 def _split(g: _Reader, routed: bool) -> str:
@@ -353,6 +366,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
             buffer_bytes=r.integer("buffer_bytes", dwbuf, lo=1514),
             loss=r.number("loss", 0.0, positive=False, lo=0.0, hi=0.5),
             subnet=subnet,
+            split=_wan_split(r, a, b, routed, {s.name: s.gateway for s in sites}),
         ))
 
     # Every pair of sites must be joined: routers form a full mesh and the

@@ -42,7 +42,7 @@ from .sweep import OPS, Point, run_plan
 KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_streams", "split", "encryption",
         "label")
 CHOICES = {"strategy": STRATEGIES, "congestion": ("cubic", "reno", "bbr"), "lan_tuning": ("on", "off"),
-           "lan_pacing": LAN_PACING, "split": ("policy", "all"), "encryption": ("noise", "insecure")}
+           "lan_pacing": LAN_PACING, "encryption": ("noise", "insecure")}
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,11 @@ def parse_side(default_label: str, text: str) -> Side:
                 raise GridsplitError(f"--{default_label.lower()}: wan_streams: {e}") from None
         elif key == "lan_tuning":
             settings[key] = value == "on"
+        elif key == "split":
+            try:
+                settings[key] = O.split_spec(value)
+            except ValueError as e:
+                raise GridsplitError(f"--{default_label.lower()}: split: {e}") from None
         elif key in CHOICES:
             settings[key] = value
     binary = items.get("gridsplitd")
@@ -210,8 +215,9 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
 
     Each side is KEY=VALUE,... with keys gridsplitd (a binary, e.g. another commit's build),
     strategy, congestion, lan_tuning (on/off), lan_pacing (auto/on/off: pace the gateways' writes toward each LAN
-    host at the nodes' NIC rate), wan_streams (auto/1..16), split (policy/all), encryption (noise/insecure) and
-    label. Example: `gridsplit bench ab gather --b gridsplitd=/tmp/old/target/release/gridsplitd`.
+    host at the nodes' NIC rate), wan_streams (auto/1..16), split (policy, all, none, or site pairs joined
+    by +, e.g. east-west+east-north: those split, the others direct), encryption (noise/insecure) and label.
+    Example: `gridsplit bench ab gather --b gridsplitd=/tmp/old/target/release/gridsplitd`.
     The table gives B/A per point: the median and min-max of the per-round ratios (docs/bench.md).
     """
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)

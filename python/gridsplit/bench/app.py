@@ -182,13 +182,13 @@ def cpu_row(ranks: list[dict[str, Any]], gws: dict[str, float], softirq: dict[st
 
 def run_one(grid, app: App, impl: str, mode: str, repeat: int, order: int,
             hosts: list, ranks: int, rule: str, timeout: float, patterns: dict[str, re.Pattern | None],
-            con: Console) -> dict[str, Any]:
+            con: Console, split: str = "policy") -> dict[str, Any]:
     """One run of `app` on `grid` (the lab, grid.LabGrid, or real hosts, hosts.HostsGrid): its row."""
     topo = grid.topo
     sites = {h.site for h in hosts}
     gws = grid.gateways(sites)
     watched = {h.name: h for h in [*hosts, *gws]}
-    env = {**dict(app.env), **(grid.split_env() if mode == "split" else {})}
+    env = {**dict(app.env), **(grid.split_env(split) if mode == "split" else {})}
     work = Path(tempfile.mkdtemp(prefix=f"gridsplit-app-{app.name}-"))
     try:
         cpu_dir = work / ".rankcpu"
@@ -305,7 +305,7 @@ def bench_app(apps: list[tuple[App, list[str]]], topology: str, scale: float | N
                     if point:
                         grid.prepare(point, con.print)
                     row = run_one(grid, app, impl, mode, k, j, placed, n, rule,
-                                  timeout or app.timeout, patterns, con)
+                                  timeout or app.timeout, patterns, con, point.split if point else "policy")
                     if point:
                         row["variant"] = point.variant
                     if row["status"] == "ok" and app.name not in checked:

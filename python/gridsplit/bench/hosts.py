@@ -355,12 +355,16 @@ class HostsGrid:
         m = self.inv.mpi
         return f"{m.programs.rstrip('/')}/{impl}/{prog}" if m.programs else sysdeps.mpi_program(impl, prog)
 
-    def split_env(self, force_all: bool = False) -> dict[str, str]:
+    def split_env(self, split: str = "policy") -> dict[str, str]:
         m = self.inv.mpi
+        if split not in ("policy", "all"):
+            raise GridsplitError(f"split {split!r}: on real hosts the ranks read the node file on the nodes; pin "
+                                 "pairs with [[wan]] split in the topology and write it again with "
+                                 "`gridsplit gateway nodes-config`, or give policy or all")
         if not m.nodes_config:
             raise GridsplitError(f"{self.inv.path}: split mode needs [mpi] nodes_config = \"PATH\": the node file "
                                  "on the nodes (`gridsplit gateway nodes-config`)")
-        return ranks_split_env(m.lib or sysdeps.built("libgridsplit.so"), m.nodes_config, force_all,
+        return ranks_split_env(m.lib or sysdeps.built("libgridsplit.so"), m.nodes_config, split == "all",
                                self.topo.gateways.lan_rto_min_us, self.topo.gateways.lan_delack_us)
 
     def gateways(self, sites: set[str]) -> list[RemoteHost]:

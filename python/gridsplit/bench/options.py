@@ -9,6 +9,7 @@ import click
 
 from ..errors import GridsplitError
 from ..inventory import load_inventory
+from ..topology import SPLIT_SPEC
 
 # `--nodes all`: every node of the lab runs a rank (all sites, not one sender site).
 ALL_NODES = 0
@@ -46,6 +47,13 @@ def streams(v: str) -> int:
     if not v.isdigit() or not 1 <= int(v) <= 16:
         raise ValueError(f"{v!r} is not auto or a number of connections 1..16")
     return int(v)
+
+
+def split_spec(v: str) -> str:
+    """A split choice (topology.SPLIT_SPEC): policy, all, none, or site pairs joined by '+'."""
+    if not SPLIT_SPEC.match(v):
+        raise ValueError(f"{v!r} is not policy, all, none or site pairs joined by '+' (e.g. east-west+east-north)")
+    return v
 
 
 def choice_list(allowed):

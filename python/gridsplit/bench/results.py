@@ -38,9 +38,10 @@ def lan_pacing_of(row: dict[str, Any]) -> str | None:
 def variant_tag(row: dict[str, Any]) -> str:
     """"direct", or the split run's gateway variant as "strategy:congestion", with ":no-lan-tuning" when the
     LAN legs ran untuned, ":lan-pacing-on" (or "-auto") when lan_pacing was not off, ":K-streams" when the WAN
-    links had a fixed stream count and ":split-all" when every connection was split whatever the split policy
-    (tables, plots, file names). A `bench ab` row is its side's label ("A", "B", or the one given), whose
-    settings the result file's meta row holds."""
+    links had a fixed stream count, ":split-all" when every connection was split whatever the split policy, and
+    ":split-none" or ":split-a-b+c-d" when the run named the pairs it split (tables, plots, file names). A
+    `bench ab` row is its side's label ("A", "B", or the one given), whose settings the result file's meta row
+    holds."""
     if row["mode"] == "direct":
         return "direct"
     v = row.get("variant") or {}
@@ -49,7 +50,7 @@ def variant_tag(row: dict[str, Any]) -> str:
     streams = f":{v['wan_streams']}-streams" if v.get("wan_streams") else ""
     pacing = "" if lan_pacing_of(row) == "off" else f":lan-pacing-{lan_pacing_of(row)}"
     return (f"{v.get('strategy')}:{v.get('congestion')}{':no-lan-tuning' if v.get('lan_tuning') is False else ''}"
-            f"{pacing}{streams}{':split-all' if v.get('split') == 'all' else ''}")
+            f"{pacing}{streams}{'' if v.get('split') in (None, 'policy') else ':split-' + v['split']}")
 
 
 def median_of(vals) -> float | None:

@@ -99,7 +99,7 @@ def run_point(grid, p: Point, reps_requested: int, budget: float, check: bool,
     prog = [grid.program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    split = grid.split_env(force_all=p.split == "all") if p.mode == "split" else {}
+    split = grid.split_env(p.split or "policy") if p.mode == "split" else {}
     env = {**(rank_env or {}), **split}  # over the grid's own rank settings (lab: mpirun's RANK_ENV)
 
     for attempt in (1, 2):
@@ -242,7 +242,7 @@ def _short(p: Point) -> str:
         return p.ab
     return (p.strategy + ("" if p.lan in (None, True) else "-untuned")
             + ("" if p.pacing in (None, "off") else f"-paced-{p.pacing}") + (f"-{p.streams}s" if p.streams else "")
-            + ("-all" if p.split == "all" else ""))
+            + ("" if p.split in (None, "policy") else f"-{p.split}"))
 
 
 def _run_all(grid, todo: list[Point], reps: int, budget: float, check: bool, f, con: Console,
@@ -330,10 +330,11 @@ def make_command(op: str) -> click.Command:
                        "link's rate at its loss, Mathis) or 1..16, e.g. 1,auto; default: the topology's "
                        "([gateways] wan_streams).")
     @click.option("--split", "splits", default="policy", show_default=True,
-                  callback=O.csv(O.choice_list(("policy", "all"))),
+                  callback=O.csv(O.split_spec),
                   help="Which cross-site connections split mode splits, to compare: policy (the topology's split "
                        "policy: pairs where the split model predicts no gain, or a loss, stay direct), "
-                       "all, or policy,all.")
+                       "all, none, or site pairs joined by '+' (e.g. east-west+east-north: those split, the "
+                       "others direct); e.g. policy,all.")
     @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=O.rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "
                        "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=1048576 (repeatable; recorded in "

@@ -259,10 +259,11 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 @click.option("--impl", type=click.Choice(["mpich", "openmpi"]), default="mpich", show_default=True)
 @click.option("-n", "nprocs", type=click.IntRange(1, 4096), default=None, help="Number of ranks (default: one per host).")
 @click.option("--hosts", default=None, help="Comma-separated lab hosts, rank 0 on the first (default: every node).")
-@click.option("--split", "split", is_flag=False, flag_value="policy", default=None, type=click.Choice(["policy", "all"]),
+@click.option("--split", "split", is_flag=False, flag_value="policy", default=None, metavar="[policy|all|none|PAIRS]",
               help="Through the site gateways (libgridsplit.so preloaded into the ranks): --split follows the "
                    "topology's split policy (site pairs where the split model predicts no gain, or a loss, stay "
-                   "direct: `gridsplit gateway config` says why per pair), --split=all splits every cross-site connection.")
+                   "direct: `gridsplit gateway config` says why per pair), --split=all splits every cross-site "
+                   "connection, --split=none none, --split=east-west+east-north only those pairs.")
 @click.option("--direct", "direct", is_flag=True, help="Node to node, no gateway (the default).")
 @click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
 @click.option("--poll", is_flag=True,
@@ -277,7 +278,7 @@ def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: str | None, 
     prog = prog[1:] if prog and prog[0] == "--" else prog
     if split and direct:
         raise GridsplitError("give --split or --direct, not both")
-    env = split_env(state, force_all=split == "all") if split else None
+    env = split_env(state, split) if split else None
     cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=env,
                  timeout=timeout, poll=poll)
     sys.exit(cp.returncode)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..gateway import nodes_conf
 from ..launch import rank_env_args, ranks_split_env
 from ..topology import Host
 from .realize import LabState, stop_pids
@@ -58,13 +59,18 @@ exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' 
     return path
 
 
-def split_env(state: LabState, force_all: bool = False) -> dict[str, str]:
-    """What a rank needs to send its cross-site connections through the gateways:
-    those of the site pairs the split policy splits, or all of them."""
+def split_env(state: LabState, split: str = "policy") -> dict[str, str]:
+    """What a rank needs to send its cross-site connections through the gateways: those of the
+    site pairs the split policy splits ("policy"), all of them ("all"), none ("none"), or the
+    pairs named ("a-b+c-d"; Topology.with_split). Another choice than the policy gets a node file
+    of its own beside the lab's; the gateways relay whatever their nodes send them."""
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
-    # the node file: lab.gateways.start_gateways writes it
-    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(state.names.state_dir / "nodes.conf"), force_all,
+    conf = state.names.state_dir / "nodes.conf"  # the policy's: lab.gateways.start_gateways writes it
+    if split not in ("policy", "all"):
+        conf = state.names.state_dir / f"nodes-split-{split}.conf"
+        conf.write_text(nodes_conf(state.topo.with_split(split)))
+    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(conf), split == "all",
                            state.topo.gateways.lan_rto_min_us, state.topo.gateways.lan_delack_us)
 
 

@@ -45,6 +45,13 @@ def run_split_pairs(topo: Topology, lab: dict[str, Any], src: str) -> set[frozen
     return {_pair(w.a, w.b) for w in topo.wans if recorded.get(f"{w.a}-{w.b}", "").startswith("split")}
 
 
+def named_pairs(topo: Topology, spec: str) -> set[frozenset[str]]:
+    """The pairs a run that named its split (Topology.with_split's spec) relayed."""
+    if spec == "all":
+        return {_pair(w.a, w.b) for w in topo.wans}
+    return {_pair(w.a, w.b) for w in topo.with_split(spec).wans if w.split == "always"}
+
+
 def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """One cell per (app, impl, split variant) of an app result file."""
     ran = run_split_pairs(topo, meta.get("lab") or {}, str(path))
@@ -52,13 +59,16 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
     splits = {_pair(a, b) for (a, b), (yes, _) in policy.items() if yes}
     reasons = {_pair(a, b): why for (a, b), (_, why) in policy.items()}
     out = []
+    # An A/B's sides (bench app --a/--b) and a sweep's named splits say which pairs each variant split.
+    named = {d["label"]: d["split"] for d in (meta.get("ab") or {}).values() if d.get("split", "policy") != "policy"}
     for s in summarize_apps(read_rows(path)):
         if s["ratio"] is None:
             continue
         sites = sorted(x for x, n in s["sites"].items() if n)
         spanned = {_pair(w.a, w.b) for w in topo.wans if w.a in sites and w.b in sites}
         advised = splits & spanned
-        ran_here = ran & spanned
+        spec = named.get(s["variant"]) or (s["variant"].rsplit(":split-", 1)[1] if ":split-" in s["variant"] else None)
+        ran_here = (ran if spec is None else named_pairs(topo, spec)) & spanned
         meas = s["ratio"]
         if advised == ran_here:
             basis, right = "the run applied the policy", meas <= 1 + TOLERANCE

@@ -148,7 +148,8 @@ def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str],
     two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
     A pair is split when the model predicts one of POLICY_JOBS gains (split/direct < DECIDE_BELOW)
     and none loses beyond TOLERANCE: never slower, faster where TCP suffers; always on an unrouted grid or with
-    `[gateways] split = "all"`; never when a site of the pair has no nodes. The pairs that pass
+    `[gateways] split = "all"`; as `[[wan]] split` says where it pins the pair ("always", "never");
+    never when a site of the pair has no nodes. The pairs that pass
     are then taken in order of their best predicted gain, each only while the exchanges (all-to-all,
     halo), with it and every pair taken before it relayed together, still lose nothing beyond
     TOLERANCE: a site's gateway carries every relayed pair's bytes at once, which no pair's
@@ -176,6 +177,11 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
         if topo.gateways.split == "all":
             out[(w.a, w.b)] = (True, 'split: [gateways] split = "all"', 'split = "all"')
             continue
+        if w.split != "auto":
+            pinned = w.split == "always"
+            out[(w.a, w.b)] = (pinned, f'{"split" if pinned else "direct"}: [[wan]] split = "{w.split}"',
+                               f'split = "{w.split}"')
+            continue
         empty = [x for x in (w.a, w.b) if not topo.site(x).nodes]
         if empty:
             out[(w.a, w.b)] = (False, f"direct: {empty[0]} has no nodes, so no rank pair crosses {w.a}-{w.b}",
@@ -195,7 +201,8 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
         else:
             gains[(w.a, w.b)] = min(ratios.values())
         out[(w.a, w.b)] = (gains_any and ok, why, short)
-    taken: list[tuple[str, str]] = []
+    # Pairs pinned split are relayed whatever the policy says: the others are checked together with them.
+    taken: list[tuple[str, str]] = [(w.a, w.b) for w in topo.wans if w.split == "always" and (w.a, w.b) in out]
     for pair in sorted(gains, key=lambda p: (gains[p], p)):
         if taken:
             worst, ratio = _joint_worst(topo, impl, [*taken, pair])

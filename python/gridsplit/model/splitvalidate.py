@@ -89,7 +89,8 @@ def topology_from_meta(d: dict[str, Any], src: str) -> Topology:
                   **({"gateway_nic_mbps": s["gateway_nic_mbps"]} if s.get("gateway_nic_mbps") else {}),
                   "tcp": s["tcp"]} for s in d["sites"]]
         wans = [{"sites": [w["a"], w["b"]], "delay_ms_ab": w["delay_ms_ab"], "delay_ms_ba": w["delay_ms_ba"],
-                 "rate_mbps": w["rate_mbps"], "buffer_bytes": w["buffer_bytes"], "loss": w["loss"]} for w in d["wan"]]
+                 "rate_mbps": w["rate_mbps"], "buffer_bytes": w["buffer_bytes"], "loss": w["loss"],
+                 **({"split": w["split"]} if w.get("split", "auto") != "auto" else {})} for w in d["wan"]]
         gw = {k: v for k, v in (d.get("gateways") or {}).items() if not (k == "wan_streams" and v == 0)}
         # Rows written before the gateways paced their LAN sockets per host have no `lan_pacing`: those
         # gateways did not pace, so the key reads "off" there, not today's default.
@@ -113,7 +114,9 @@ def _split_set(topo: Topology, tag: str, lab: dict[str, Any]) -> set[frozenset[s
     """The site pairs a split run relayed: all (split-all, `split = "all"`), the ones the lab's recorded
     policy split (its node file), or, for runs before the policy was recorded, the capacity rule
     the gateways then applied."""
-    if tag.endswith(":split-all") or topo.gateways.split == "all":
+    if ":split-" in tag:
+        return appvalidate.named_pairs(topo, tag.rsplit(":split-", 1)[1])
+    if topo.gateways.split == "all":
         return {frozenset((w.a, w.b)) for w in topo.wans}
     if lab.get("split_policy") is not None:
         return appvalidate.run_split_pairs(topo, lab, topo.name)
