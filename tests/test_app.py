@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from conftest import gridsplit
 
 from gridsplit.bench.app import place
+from gridsplit.bench.appresults import render_app_summary
 from gridsplit.bench.appsummary import summarize_apps
 from gridsplit.bench.results import read_rows
 from gridsplit.topology_file import load_topology
@@ -144,6 +146,10 @@ def test_app_ab_of_two_gateway_settings(lab, tmp_path):
     meta = read_rows(out)[0]
     assert meta["ab"]["a"]["label"] == "clamps" and meta["ab"]["b"]["lan_tuning"] is False
     assert {s["variant"] for s in summarize_apps(rows)} == {"clamps", "free"}
+    # The summary says which row is which side.
+    con = Console(width=250, record=True)
+    render_app_summary(summarize_apps(rows), con, "ab")
+    assert "split as" in con.export_text() and "clamps" in con.export_text()
 
 
 def test_app_ab_bad_input_is_one_line():

@@ -15,24 +15,33 @@ from rich.table import Table
 from ..errors import GridsplitError
 from .appsummary import correctness, summarize_apps
 from . import page
-from .results import read_rows
+from .results import read_rows, variant_tag
+
+
+def _variants(summary: list[dict[str, Any]]) -> list[str]:
+    """The split variants of the runs (an A/B's side labels, or sweep-like tags), when there are several:
+    the tables then say which row is which."""
+    tags = sorted({s["variant"] for s in summary if s["variant"]})
+    return tags if len(tags) > 1 else []
 
 
 def render_app_summary(summary: list[dict[str, Any]], con: Console, title: str) -> None:
     t = Table(title=title)
-    for c in ("app", "impl", "ranks", "direct", "split", "split/direct (min-max)", "rounds",
-              "WAN retrans direct→split", "gw CPU", "correctness"):
-        t.add_column(c, justify="left" if c in ("app", "impl", "correctness") else "right")
+    multi = bool(_variants(summary))
+    for c in ("app", "impl", *(["split as"] if multi else []), "ranks", "direct", "split", "split/direct (min-max)",
+              "rounds", "WAN retrans direct→split", "gw CPU", "correctness"):
+        t.add_column(c, justify="left" if c in ("app", "impl", "split as", "correctness") else "right")
     for s in summary:
         ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})"
         col = "green" if s["ratio"] is not None and s["ratio"] <= 1.0 else "red"
         w = s["wan_retrans"]
-        t.add_row(s["app"], s["impl"], f"{s['ranks']} ({'+'.join(map(str, s['sites'].values()))})",
+        t.add_row(s["app"], s["impl"], *([s["variant"] or "-"] if multi else []),
+                  f"{s['ranks']} ({'+'.join(map(str, s['sites'].values()))})",
                   _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]", str(s["rounds"]),
                   f"{_n(w['direct'])} → {_n(w['split'])}",
                   "-" if s["gw_cpu_pct"] is None else f"{s['gw_cpu_pct']:.0f} %", correctness(s))
     con.print(t)
-    con.print(f"[dim]times: the app's own where it reports one ({', '.join(s['app'] for s in summary if s['time_source'] == 'app') or 'none'}), "
+    con.print(f"[dim]times: the app's own where it reports one ({', '.join(sorted({s['app'] for s in summary if s['time_source'] == 'app'})) or 'none'}), "
               "else wall; ratios are per round (direct and split ran back to back), median and min-max over rounds.[/dim]")
 
 
@@ -65,21 +74,24 @@ def _load(paths: list[Path]) -> tuple[list[dict], list[dict]]:
 
 
 def fig_times(rows: list[dict], summary: list[dict], outdir: Path) -> str:
-    """Time per app and MPI: direct and split medians, bars from min to max over rounds."""
+    """Time per app and MPI: direct and split medians (each split variant apart), bars from min to max over rounds."""
     import matplotlib.pyplot as plt
-    labels = [f"{s['app']}\n{s['impl']}" for s in summary]
+    cells = sorted({(s["app"], s["impl"]) for s in summary})
+    labels = [f"{a}\n{i}" for a, i in cells]
+    series = [("direct", "direct")] + ([(v, v) for v in _variants(summary)] or [("split", None)])
+    width = 0.76 / len(series)
     fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(labels)), 3.6))
-    for k, (mode, color) in enumerate((("direct", "tab:blue"), ("split", "tab:orange"))):
+    for k, (name, tag) in enumerate(series):
         med, lo, hi = [], [], []
-        for s in summary:
-            vals = [r["time_s"] for r in rows if r["app"] == s["app"] and r["impl"] == s["impl"]
-                    and r["mode"] == mode and r["status"] == "ok"]
+        for app, impl in cells:
+            vals = [r["time_s"] for r in rows if r["app"] == app and r["impl"] == impl and r["status"] == "ok"
+                    and (r["mode"] == name if tag in ("direct", None) else variant_tag(r) == tag)]
             m = statistics.median(vals) if vals else 0
             med.append(m)
             lo.append(m - min(vals) if vals else 0)
             hi.append(max(vals) - m if vals else 0)
-        xs = [i + (k - 0.5) * 0.38 for i in range(len(labels))]
-        ax.bar(xs, med, 0.38, yerr=[lo, hi], capsize=3, color=color, label=mode)
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
+        ax.bar(xs, med, width, yerr=[lo, hi], capsize=3, label=name)
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("time (s): median, min-max")
     ax.legend(fontsize=8)
@@ -99,11 +111,13 @@ def build_app_report(paths: list[Path], outdir: Path) -> Path:
     def ratio(s):
         return "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}–{s['ratio_max']:.2f})"
 
-    head = ("app", "impl", "ranks (per site)", "direct (s)", "split (s)", "split/direct (min–max)", "rounds",
-            "WAN retrans direct → split", "gateway CPU (split)", "correctness")
+    multi = bool(_variants(summary))
+    head = ("app", "impl", *(["split as"] if multi else []), "ranks (per site)", "direct (s)", "split (s)",
+            "split/direct (min–max)", "rounds", "WAN retrans direct → split", "gateway CPU (split)", "correctness")
     body = "".join(
         "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
-            s["app"], s["impl"], f"{s['ranks']} ({', '.join(f'{k} {v}' for k, v in s['sites'].items())})",
+            s["app"], s["impl"], *([s["variant"] or "-"] if multi else []),
+            f"{s['ranks']} ({', '.join(f'{k} {v}' for k, v in s['sites'].items())})",
             _s(s["direct_s"]), _s(s["split_s"]), ratio(s), s["rounds"],
             f"{_n(s['wan_retrans']['direct'])} → {_n(s['wan_retrans']['split'])}",
             "-" if s["gw_cpu_pct"] is None else f"{s['gw_cpu_pct']:.0f} % of a core", correctness(s))) + "</tr>"
@@ -111,7 +125,8 @@ def build_app_report(paths: list[Path], outdir: Path) -> Path:
     figs = ""
     for s in summary:
         if s["figures"]:
-            figs += f"<h3>{e(s['app'])} ({e(s['impl'])}): reported figures, medians</h3><table><tr><th>figure</th>" \
+            side = f", split as {e(s['variant'])}" if multi else ""
+            figs += f"<h3>{e(s['app'])} ({e(s['impl'])}{side}): reported figures, medians</h3><table><tr><th>figure</th>" \
                     "<th>direct</th><th>split</th><th>split/direct</th></tr>"
             for f, v in s["figures"].items():
                 d, sp = v["direct"], v["split"]
