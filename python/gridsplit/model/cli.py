@@ -366,8 +366,7 @@ def _print_advice(res: dict, m: int) -> None:
     if res["policy"]:
         con.print("default policy (`gridsplit gateway config`, any job, pairs checked together):")
         for p in res["policy"]:
-            con.print(f"  {' – '.join(p['sites'])}: {'[green]split[/green]' if p['split'] else 'direct'}"
-                      + ("" if p["split"] else f" ({p['why']})"))
+            con.print(f"  {' – '.join(p['sites'])}: {'[green]split[/green]' if p['split'] else 'direct'} ({p['why']})")
     for n in res.get("notes", []):
         con.print(f"[yellow]note:[/yellow] {n} (pLogP parameters extrapolated: their error bands widened by 25 points)")
     band = lambda c: "-" if c["error_median"] is None else f"±{100 * c['error_median']:.0f} % (worst {100 * c['error_max']:.0f} %)"

@@ -180,7 +180,7 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
         if w.split != "auto":
             pinned = w.split == "always"
             out[(w.a, w.b)] = (pinned, f'{"split" if pinned else "direct"}: [[wan]] split = "{w.split}"',
-                               f'split = "{w.split}"')
+                               f'[[wan]] split = "{w.split}"')
             continue
         empty = [x for x in (w.a, w.b) if not topo.site(x).nodes]
         if empty:
