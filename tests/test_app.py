@@ -149,7 +149,8 @@ def test_app_ab_of_two_gateway_settings(lab, tmp_path):
     # The summary says which row is which side.
     con = Console(width=250, record=True)
     render_app_summary(summarize_apps(rows), con, "ab")
-    assert "split as" in con.export_text() and "clamps" in con.export_text()
+    text = con.export_text()
+    assert "split as" in text and "clamps" in text
 
 
 def test_app_ab_bad_input_is_one_line():
