@@ -53,6 +53,11 @@ def variant_tag(row: dict[str, Any]) -> str:
             f"{pacing}{streams}{'' if v.get('split') in (None, 'policy') else ':split-' + v['split']}")
 
 
+def named_split(tag: str) -> str | None:
+    """The split a variant tag names (variant_tag's ":split-..."): "all", "none", "a-b+c-d"; None for the policy."""
+    return tag.rsplit(":split-", 1)[1] if ":split-" in tag else None
+
+
 def median_of(vals) -> float | None:
     """Median of the values that are present, or None."""
     vals = [v for v in vals if v is not None]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.appsummary import summarize_apps
-from ..bench.results import read_rows
+from ..bench.results import named_split, read_rows
 from ..errors import GridsplitError
 from ..topology import Topology
 from .splitadvise import split_policy
@@ -67,7 +67,7 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
         sites = sorted(x for x, n in s["sites"].items() if n)
         spanned = {_pair(w.a, w.b) for w in topo.wans if w.a in sites and w.b in sites}
         advised = splits & spanned
-        spec = named.get(s["variant"]) or (s["variant"].rsplit(":split-", 1)[1] if ":split-" in s["variant"] else None)
+        spec = named.get(s["variant"]) or named_split(s["variant"])
         ran_here = (ran if spec is None else named_pairs(topo, spec)) & spanned
         meas = s["ratio"]
         if advised == ran_here:

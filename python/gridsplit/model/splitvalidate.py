@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import machine
-from ..bench.results import read_rows, summarize, variant_tag
+from ..bench.results import named_split, read_rows, summarize, variant_tag
 from ..errors import GridsplitError
 from ..capacity import split_pairs
 from ..topology import Topology
@@ -117,8 +117,8 @@ def _split_set(topo: Topology, tag: str, lab: dict[str, Any]) -> set[frozenset[s
     """The site pairs a split run relayed: all (split-all, `split = "all"`), the ones the lab's recorded
     policy split (its node file), or, for runs before the policy was recorded, the capacity rule
     the gateways then applied."""
-    if ":split-" in tag:
-        return appvalidate.named_pairs(topo, tag.rsplit(":split-", 1)[1])
+    if named_split(tag):
+        return appvalidate.named_pairs(topo, named_split(tag))
     if topo.gateways.split == "all":
         return {frozenset((w.a, w.b)) for w in topo.wans}
     if lab.get("split_policy") is not None:
