@@ -483,6 +483,25 @@ def test_validate_split_scores_the_policy_on_app_runs(tmp_path):
         assert c["right"] == (c["measured_ratio"] >= 1 - appvalidate.TOLERANCE)
 
 
+def test_validate_split_compares_an_ab_choice_with_the_policys():
+    """An A/B whose one side applied the policy scores the two choices against each other."""
+    from gridsplit.bench.appsummary import side_ratios
+    from gridsplit.bench.results import read_rows
+    f = ROOT / "results/app/2026-11-27-three-sites-pairs/three-pairs-hpcc-both.jsonl"
+    cells = splitvalidate.validate([f], "test", ROOT)["apps"]["cells"]
+    vs = [c for c in cells if " vs " in c["variant"]]
+    assert [c["variant"] for c in vs] == ["both-north vs policy"]
+    c = vs[0]
+    assert c["policy_split"] == ["east-north"] and c["run_split"] == ["east-north", "north-west"]
+    # side_ratios gives side B (policy) over side A (both-north); the cell is the other way round.
+    (r,) = side_ratios(read_rows(f), "both-north", "policy")
+    assert abs(c["measured_ratio"] * r["ratio"] - 1) < 1e-12 and c["measured_min"] <= c["measured_ratio"] <= c["measured_max"]
+    assert c["right"] == (c["measured_ratio"] >= 0.95)
+    # Each side against direct is scored as before: the policy's side by its own measure, the other not at all.
+    basis = {x["variant"]: x["right"] for x in cells if " vs " not in x["variant"]}
+    assert basis["both-north"] is None and basis["policy"] is not None
+
+
 def test_advise_per_site_pair_and_its_bad_input_lines(tmp_path):
     d = json.loads(gridsplit("model", "advise", "-t", str(THREE / "three-gw4.toml"), "--size", "1M", "--json").stdout)
     assert d["kind"] == "gridsplit-model-advice" and d["version"] == 3

@@ -10,7 +10,11 @@ policy splits, against what the run measured.
   the paper preset does): right when direct is not slower beyond TOLERANCE, i.e. the
   measured split/direct is at least 1 - TOLERANCE.
 - Any other mix (the policy splits some pairs, the run split others) measures neither
-  decision; the cell is listed as not comparable and not scored.
+  decision against direct; the cell is listed as not comparable and not scored.
+- An A/B (`bench app --a/--b`) whose one side applied the policy and whose other split other
+  pairs compares the two choices in the same rounds: one more cell, right when the other
+  side is not faster than the policy's beyond TOLERANCE (its time over the policy side's,
+  per round, at least 1 - TOLERANCE).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..bench.appsummary import summarize_apps
+from ..bench.appsummary import side_ratios, summarize_apps
 from ..bench.results import named_split, read_rows
 from ..errors import GridsplitError
 from ..topology import Topology
@@ -61,7 +65,8 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
     out = []
     # An A/B's sides (bench app --a/--b) and a sweep's named splits say which pairs each variant split.
     named = {d["label"]: d["split"] for d in (meta.get("ab") or {}).values() if d.get("split", "policy") != "policy"}
-    for s in summarize_apps(read_rows(path)):
+    rows = read_rows(path)
+    for s in summarize_apps(rows):
         if s["ratio"] is None:
             continue
         sites = sorted(x for x, n in s["sites"].items() if n)
@@ -82,6 +87,37 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
                     "reasons": {"-".join(sorted(p)): reasons[p] for p in spanned if p in reasons},
                     "measured_ratio": meas, "measured_min": s["ratio_min"], "measured_max": s["ratio_max"],
                     "rounds": s["rounds"], "basis": basis, "right": right})
+    return out + _side_cells(rows, name, topo, meta, ran, splits)
+
+
+def _side_cells(rows: list[dict[str, Any]], name: str, topo: Topology, meta: dict[str, Any], ran: set[frozenset[str]],
+                splits: set[frozenset[str]]) -> list[dict[str, Any]]:
+    """An A/B's two split choices against each other, where one side applied the policy."""
+    sides = {d["label"]: d.get("split", "policy") for d in (meta.get("ab") or {}).values() if d.get("label")}
+    if len(sides) != 2:
+        return []
+    placed = {(s["app"], s["impl"]): s["sites"] for s in summarize_apps(rows)}
+    out = []
+    for r in side_ratios(rows, *sides):
+        sites = placed[(r["app"], r["impl"])]
+        spanned = {_pair(w.a, w.b) for w in topo.wans if sites.get(w.a) and sites.get(w.b)}
+        pairs = {lab: (ran if spec == "policy" else named_pairs(topo, spec)) & spanned for lab, spec in sides.items()}
+        (a, pa), (b, pb) = pairs.items()
+        policy_side = a if pa == splits & spanned else b if pb == splits & spanned else None
+        if policy_side is None or pa == pb:
+            continue
+        other = b if policy_side == a else a
+        # side_ratios gives B's time over A's; the cell wants the other side's over the policy's.
+        flip = other == a
+        meas, lo, hi = ((1 / r["ratio"], 1 / r["ratio_max"], 1 / r["ratio_min"]) if flip
+                        else (r["ratio"], r["ratio_min"], r["ratio_max"]))
+        out.append({"file": name, "topology": topo.name, "app": r["app"], "impl": r["impl"],
+                    "variant": f"{other} vs {policy_side}", "sites": sites,
+                    "policy_split": sorted("-".join(sorted(p)) for p in pairs[policy_side]),
+                    "run_split": sorted("-".join(sorted(p)) for p in pairs[other]),
+                    "reasons": {}, "measured_ratio": meas, "measured_min": lo, "measured_max": hi,
+                    "rounds": r["rounds"], "basis": "the other choice's time over the policy's, same rounds",
+                    "right": meas >= 1 - TOLERANCE})
     return out
 
 
@@ -102,7 +138,7 @@ def report_lines(cells: list[dict[str, Any]]) -> list[str]:
          "pairs the job's ranks span (python/gridsplit/model/appvalidate.py says how).",
          f"Decisions right: {s['right']}/{s['scored']} = {acc}"
          + (f" ({s['cells'] - s['scored']} not comparable)" if s['cells'] > s['scored'] else "") + ".", "",
-         "| file | app | impl | sites (ranks) | policy splits | run split | measured split/direct | basis | right |",
+         "| file | app | impl | sites (ranks) | policy splits | run split | measured (split/direct, or as the basis says) | basis | right |",
          "|---|---|---|---|---|---|---:|---|---|"]
     for c in cells:
         sites = ", ".join(f"{k} {v}" for k, v in c["sites"].items())
