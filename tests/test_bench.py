@@ -60,7 +60,13 @@ def test_gather_sweep_records_verified_points(lab, tmp_path):
         port = r["frames"]["west switch → west-1"]
         assert port["bytes"] > r["nodes"] * r["size_bytes"] * r["reps"] and port["bytes"] <= FULL_FRAME * port["packets"]
         assert r["emulator"]["packets"] > 0 and 0 <= r["emulator"]["late_fraction"] <= 1
+        assert ("wan_links" in r) == (r["mode"] == "split")
         if r["mode"] == "split":
+            # Each WAN link's own counters: the gathered bytes crossed east's link toward west.
+            assert set(r["wan_links"]) == {"east→west", "west→east"}, r["wan_links"]
+            link = r["wan_links"]["east→west"]
+            assert link["bytes_sent"] >= r["nodes"] * r["size_bytes"] * r["reps"] and link["streams"] >= 1
+            assert len(link["cwnd_end"]) == link["streams"] and all(c > 0 for c in link["cwnd_end"])
             assert set(r["cpu"]["gateways"]) == {"east", "west"}
             assert all(g["softirq_s"] >= 0 and g["softirq_pct"] is not None for g in r["cpu"]["gateways"].values())
             assert r["variant"] == {"strategy": "fair", "congestion": "cubic", "lan_tuning": True, "lan_pacing": "auto",
@@ -386,3 +392,23 @@ def test_bench_rejects_bad_flags_in_one_line():
                       (["--lan-pacing", "yes"], "'yes' is not one of auto, on, off")):
         cp = gridsplit("bench", "gather", *args, check=False)
         assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+
+
+def test_wan_link_delta_counts_a_reconnected_stream_from_zero():
+    """A row's `wan_links`: each link's counters over the run; a stream that reconnected (its
+    counters went back) counts from zero, and the row says so."""
+    from gridsplit.bench.measure import wan_link_delta, wan_link_snapshot
+
+    def status(retrans, sent, cwnd):
+        return {"links": [{"peer": "west", "tcp_info": [
+            {"total_retrans": r, "bytes_retrans": 1448 * r, "bytes_sent": s, "snd_cwnd": c, "snd_ssthresh": c // 2}
+            for r, s, c in zip(retrans, sent, cwnd)]}, {"peer": None}]}
+    before = wan_link_snapshot({"east": status([5, 7], [10_000, 20_000], [300, 300]), "north": None})
+    after = wan_link_snapshot({"east": status([9, 2], [30_000, 4_000], [60, 10])})
+    assert set(before) == set(after) == {"east→west"}
+    d = wan_link_delta(before, after)["east→west"]
+    # stream 0: 4 more; stream 1 went back (a new socket): its 2 and 4,000 bytes count whole
+    assert (d["total_retrans"], d["bytes_retrans"], d["bytes_sent"]) == (6, 6 * 1448, 24_000)
+    assert d["streams"] == 2 and d["cwnd_end"] == [60, 10] and d["ssthresh_end"] == [30, 5] and d["reconnected"]
+    same = wan_link_delta(before, before)["east→west"]
+    assert same["total_retrans"] == same["bytes_sent"] == 0 and not same["reconnected"]

@@ -252,6 +252,9 @@ def test_gather_on_hosts_over_ssh_direct_and_split(sshd_lab, tmp_path):
     assert sent["split"] > 5 * 1e6 / 1448 and sent["direct"] < sent["split"] / 10, sent
     assert set(split["cpu"]["gateways"]) == {"east", "west"} and split["cpu"]["gateways"]["east"]["cpu_s"] > 0
     assert split["variant"]["strategy"] and direct["variant"] is None
+    # The WAN link's own counters, read from each gateway's /status over ssh: the gathered
+    # megabytes left on east's link toward west.
+    assert "wan_links" not in direct and split["wan_links"]["east→west"]["bytes_sent"] >= 5 * 1e6, split.get("wan_links")
 
 
 @pytest.mark.lab

@@ -63,7 +63,7 @@ class LabGrid:
 
     def probe(self, watched: dict[str, Host], mode: str) -> Probe:
         # Gateways carry traffic in split mode only; their softirq is traced then.
-        return Probe(self.state, watched, self.trace, self.sirq if mode == "split" else None)
+        return Probe(self.state, watched, self.trace, self.sirq if mode == "split" else None, mode == "split")
 
     def mpirun(self, impl: str, hosts: list[Host], prog: list[str], env: dict[str, str], timeout: float,
                on_result: Callable[[], None] | None, expect_lines: int = 0, n: int | None = None,

@@ -51,7 +51,7 @@ from ..launch import rank_env_args, ranks_split_env
 from ..netcheck.runner import FACTS_SCRIPT, Endpoint, Result, parse_facts
 from ..topology import GatewaySettings, Topology
 from ..topology_file import load_topology
-from .measure import attribute
+from .measure import attribute, wan_link_delta, wan_link_snapshot
 from .points import Point, bound_per_rep
 
 # -- checks of the command line against the hosts file -----------------------------------
@@ -226,12 +226,13 @@ class RemoteProbe:
     """measure.Probe's interface for real hosts: counters of every watched host, and each
     gateway's gridsplitd CPU from start() to the result, all read over ssh."""
 
-    def __init__(self, inv: Inventory, watched: dict[str, RemoteHost]):
-        self.inv, self.watched = inv, watched
+    def __init__(self, inv: Inventory, watched: dict[str, RemoteHost], wan_links: bool = False):
+        self.inv, self.watched, self.wan_links = inv, watched, wan_links
         self.port = inv.gateways.admin.rsplit(":", 1)[-1]
         self.gws = {h.site: h for h in watched.values() if h.role == "gateway"}
         self._gw_before: dict[str, float | None] = {}
         self._gw_after: dict[str, float | None] = {}
+        self.links: dict[str, dict[str, Any]] = {}
 
     def _read(self, h: RemoteHost, counters: bool = True) -> tuple[dict[str, int], float | None]:
         parts = ([SNAPSHOT] if counters else []) + ([GW_CPU.format(port=self.port)] if h.role == "gateway" else [])
@@ -245,7 +246,12 @@ class RemoteProbe:
         names = list(self.watched)
         return dict(zip(names, _parallel(lambda n: self._read(self.watched[n]), names)))
 
+    def _links(self) -> dict[str, list[dict[str, int]]]:
+        sites = list(self.gws) if self.wan_links else []
+        return wan_link_snapshot(dict(zip(sites, _parallel(lambda s: gateway_status(self.inv, self.gws[s].ep), sites))))
+
     def start(self) -> None:
+        self._links_before = self._links()
         snap = self._all()
         self._before = {n: c for n, (c, _) in snap.items()}
         self._gw_before = {s: snap[h.name][1] for s, h in self.gws.items()}
@@ -267,6 +273,7 @@ class RemoteProbe:
             self.at_result()
         after = {n: c for n, (c, _) in self._all().items()}
         self.deltas = {n: C.delta(self._before[n], after[n]) for n in self.watched}
+        self.links = wan_link_delta(self._links_before, self._links())
 
     def counters(self, mode: str) -> dict[str, Any]:
         return {
@@ -279,7 +286,8 @@ class RemoteProbe:
         }
 
     def network(self) -> dict[str, Any]:
-        return {}  # no lab queues or delay line on real hosts
+        # No lab queues or delay line on real hosts; the gateways' WAN links in split mode.
+        return {"wan_links": self.links} if self.links else {}
 
     def gw_cpu_s(self) -> dict[str, float]:
         return {s: self._gw_after[s] - b for s, b in self._gw_before.items()
@@ -371,7 +379,7 @@ class HostsGrid:
         return [self.gws[s] for s in self.sites if s in sites and s in self.gws]
 
     def probe(self, watched: dict[str, RemoteHost], mode: str) -> RemoteProbe:
-        return RemoteProbe(self.inv, watched)
+        return RemoteProbe(self.inv, watched, mode == "split")
 
     def mpirun(self, impl: str, hosts: list[RemoteHost], prog: list[str], env: dict[str, str], timeout: float,
                on_result: Callable[[], None] | None, expect_lines: int = 0, n: int | None = None,

@@ -9,7 +9,10 @@ and by `bench app` (app.py):
 - the drops and traffic of every queue the lab built, and whether the delay
   line kept its schedule (lab/queues.py);
 - each gateway daemon's CPU from /proc, and, where traced, the part of it the
-  kernel spent in softirq in its context (lab/softirq.py).
+  kernel spent in softirq in its context (lab/softirq.py);
+- in split mode, each WAN link's own TCP figures from its gateway's /status
+  (`wan_links`): what its streams retransmitted and sent during the run, and their
+  windows at its end, so that a WAN link's losses are told from the LAN legs'.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rich.console import Console
 
 from ..lab import counters as C
 from ..lab import queues, realize
+from ..lab.gateways import gateway_status
 from ..lab.names import LabNames
 from ..lab.softirq import SoftirqClock
 from ..lab.tcptrace import Trace
@@ -33,6 +37,43 @@ from ..topology import Host, Topology
 # Counters attributed to local/distant in every row (Alter and Glück Tables 1-2 and neighbours).
 ATTRIBUTED = ("RetransSegs", "TCPFastRetrans", "TCPTimeouts", "TCPLossProbes", "TCPSlowStartRetrans",
               "TCPLostRetransmit", "TCPSackRecovery", "TCPSpuriousRTOs", "TCPSynRetrans")
+
+
+# tcp_info counters of a WAN stream whose change over a run a row records (gridsplitd /status).
+LINK_COUNTERS = ("total_retrans", "bytes_retrans", "bytes_sent")
+
+
+def wan_link_snapshot(statuses: dict[str, dict[str, Any] | None]) -> dict[str, list[dict[str, int]]]:
+    """Each WAN link's streams' tcp_info, keyed "SITE→PEER", from each gateway's /status
+    (by its site or label; a gateway that did not answer is left out)."""
+    out: dict[str, list[dict[str, int]]] = {}
+    for gw, st in statuses.items():
+        for link in (st or {}).get("links", []):
+            if link.get("peer"):
+                out[f"{gw}→{link['peer']}"] = [dict(i) for i in link.get("tcp_info") or []]
+    return out
+
+
+def wan_link_delta(before: dict[str, list[dict[str, int]]],
+                   after: dict[str, list[dict[str, int]]]) -> dict[str, dict[str, Any]]:
+    """Per WAN link present at the run's end: its counters' change over the run, summed over its
+    streams, and each stream's congestion window and ssthresh (segments) at the end. A stream
+    whose counters went back (it reconnected during the run) counts from zero, and says so."""
+    out: dict[str, dict[str, Any]] = {}
+    for link, streams in after.items():
+        old = before.get(link, [])
+        row: dict[str, Any] = {k: 0 for k in LINK_COUNTERS}
+        reconnected = len(old) != len(streams)
+        for i, s in enumerate(streams):
+            o = old[i] if i < len(old) else {}
+            back = any(s.get(k, 0) < o.get(k, 0) for k in LINK_COUNTERS)
+            reconnected |= back
+            for k in LINK_COUNTERS:
+                row[k] += s.get(k, 0) - (0 if back else o.get(k, 0))
+        row.update(streams=len(streams), cwnd_end=[s.get("snd_cwnd") for s in streams],
+                   ssthresh_end=[s.get("snd_ssthresh") for s in streams], reconnected=reconnected)
+        out[link] = row
+    return out
 
 
 def attribute(topo: Topology, mode: str, deltas: dict[str, dict[str, int]], hosts: dict[str, Host],
@@ -116,11 +157,20 @@ class Probe:
     at_result() when the job's result is out (given to mpirun as on_result), then stop()."""
 
     def __init__(self, state: realize.LabState, watched: dict[str, Host], trace: Trace | None,
-                 sirq: SoftirqClock | None):
+                 sirq: SoftirqClock | None, wan_links: bool = False):
         self.state, self.watched, self.trace, self.sirq = state, watched, trace, sirq
+        self.wan_links = wan_links
         self.gw_pids = {k[3:]: v for k, v in state.data.get("pids", {}).items() if k.startswith("gw-")}
         self._gw_before: dict[str, float] = {}
         self._gw_after: dict[str, float] = {}
+        self._links_before: dict[str, list[dict[str, int]]] = {}
+        self.links: dict[str, dict[str, Any]] = {}
+
+    def _links(self) -> dict[str, list[dict[str, int]]]:
+        if not self.wan_links:
+            return {}
+        return wan_link_snapshot({label: gateway_status(self.state.names, label, quiet=True)
+                                  for label in self.gw_pids})
 
     def _nss(self) -> list[str]:
         return [self.state.ns(h) for h in self.watched.values()]
@@ -130,6 +180,7 @@ class Probe:
         self._q_before = queues.snapshot(self.state, new_window=True)
         self._gw_before = {s: proc_cpu_s(pid) for s, pid in self.gw_pids.items()}
         self._gw_after = {}
+        self._links_before = self._links()
         if self.trace:
             self.trace.clear()
         if self.sirq:
@@ -153,6 +204,7 @@ class Probe:
         self.softirq, self.softirq_lost = self.sirq.collect() if self.sirq else ({}, 0)
         self.deltas = {name: C.delta(self._before[self.state.ns(h)], after[self.state.ns(h)])
                        for name, h in self.watched.items()}
+        self.links = wan_link_delta(self._links_before, self._links())
 
     def counters(self, mode: str) -> dict[str, Any]:
         """The row's `counters`: local/distant, the traced classes and the per-host headline counters."""
@@ -168,9 +220,10 @@ class Probe:
         }
 
     def network(self) -> dict[str, Any]:
-        """The row's `drops`, `frames` and `emulator`."""
+        """The row's `drops`, `frames` and `emulator`, and in split mode `wan_links`."""
         qb, qa = self._q_before, self._q_after
-        return {"drops": queues.delta(qb, qa), "frames": queues.traffic(qb, qa), "emulator": queues.emulator(qb, qa)}
+        return {"drops": queues.delta(qb, qa), "frames": queues.traffic(qb, qa), "emulator": queues.emulator(qb, qa),
+                **({"wan_links": self.links} if self.links else {})}
 
     def gw_cpu_s(self) -> dict[str, float]:
         """Each gateway's CPU seconds from start() to the result."""
