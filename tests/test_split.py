@@ -294,6 +294,14 @@ def test_gateway_config_paces_wan_links_as_wan_pacing_says(tmp_path):
     assert shared["pacing_bps"] == pacing_bps(100) and shared["bandwidth_bps"] == 150_000_000
     chk = _check_config(tmp_path, text)
     assert chk.returncode == 0, chk.stderr
+    # "adaptive": capped as "full", paced between b's node NIC and b's gateway port less what
+    # b's nodes are seen sending back (gridsplitd link/pacer.rs); the fixed settings write neither key.
+    adaptive, text = link("adaptive")
+    assert adaptive["pacing_bps"] == full["pacing_bps"]
+    assert (adaptive["pacing_far_port_bps"], adaptive["pacing_floor_bps"]) == (pacing_bps(150), pacing_bps(100))
+    assert "pacing_far_port_bps" not in full and "pacing_far_port_bps" not in shared
+    chk = _check_config(tmp_path, text)
+    assert chk.returncode == 0, chk.stderr
 
 
 def test_gateway_config_paces_lan_writes_as_lan_pacing_says(tmp_path):

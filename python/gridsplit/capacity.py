@@ -55,6 +55,17 @@ def wan_pacing_mbps(topo: Topology, site: str, peer: str, path_mbps: float) -> f
     return min(path_mbps, *halves)
 
 
+def wan_adaptive_pacing(topo: Topology, peer: str) -> tuple[float, float] | None:
+    """`[gateways] wan_pacing = "adaptive"`: the far gateway's NIC (its switch port's rate) and the
+    floor (the far site's node NIC) that gridsplitd paces a link toward `peer` between, taking off
+    the port's rate what the far site's nodes are seen sending back on the link (link/pacer.rs).
+    None for the fixed settings. The split model reads the link at its cap (wan_pacing_mbps)."""
+    if topo.gateways.wan_pacing != "adaptive":
+        return None
+    far = topo.site(peer)
+    return far.host_nic_mbps("gateway"), far.host_nic_mbps("node")
+
+
 def gateway_path_mbps(topo: Topology, site: str, peer: str) -> float:
     """The rate of the path a WAN link runs on: the slowest of the two gateways' NICs,
     their sites' uplinks and the WAN between them."""

@@ -162,8 +162,10 @@ DEFAULT_LAN_PACING = "auto"
 # pacing_bps; capacity.wan_pacing_mbps). "full": just under the path's slowest NIC or link;
 # "shared": also at most half of either end's gateway NIC (but never under a node's NIC),
 # since in an exchange a one-NIC gateway's switch port takes as much from its own LAN senders
-# as from the WAN (results/matrix/2026-11-27-halo-diagnosis).
-WAN_PACING = ("full", "shared")
+# as from the WAN (results/matrix/2026-11-27-halo-diagnosis); "adaptive": the path's rate less
+# what the far site's nodes are seen sending on the link's reverse direction, never under its
+# nodes' NIC (gridsplitd link/pacer.rs; capacity.wan_adaptive_pacing).
+WAN_PACING = ("full", "shared", "adaptive")
 DEFAULT_WAN_PACING = "full"
 
 
@@ -189,7 +191,7 @@ class GatewaySettings:
     # Pacing of the gateway's LAN writes at the nodes' NIC rate: "auto", "on" or
     # "off" (LAN_PACING; capacity.lan_pacing_rate_bps).
     lan_pacing: str = DEFAULT_LAN_PACING
-    # Pacing of the WAN links: "full" or "shared" (WAN_PACING; capacity.wan_pacing_mbps).
+    # Pacing of the WAN links: "full", "shared" or "adaptive" (WAN_PACING; capacity.wan_pacing_mbps).
     wan_pacing: str = DEFAULT_WAN_PACING
     # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
     # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).

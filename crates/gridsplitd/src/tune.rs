@@ -240,9 +240,7 @@ pub fn apply(fd: &impl AsFd, p: &WanParams) -> Vec<String> {
         ));
     }
     if p.pacing_bps > 0 {
-        let bytes_per_s: u64 = p.pacing_bps / 8;
-        if let Err(e) = setsockopt_raw(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes_per_s)
-        {
+        if let Err(e) = set_pacing(fd, p.pacing_bps) {
             warnings.push(format!("SO_MAX_PACING_RATE {}: {e}", p.pacing_bps));
         }
     }
@@ -254,6 +252,12 @@ pub fn apply(fd: &impl AsFd, p: &WanParams) -> Vec<String> {
         warnings.push(format!("TCP_NODELAY: {e}"));
     }
     warnings
+}
+
+/// Caps the socket's pacing rate at `bps` bits/s (SO_MAX_PACING_RATE, which also turns on
+/// Linux's internal TCP pacing where no fq qdisc paces).
+pub fn set_pacing(fd: &impl AsFd, bps: u64) -> io::Result<()> {
+    setsockopt_raw(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bps / 8)
 }
 
 pub fn read_back(fd: &impl AsFd, p: &WanParams) -> Applied {

@@ -30,7 +30,7 @@ from rich.table import Table
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..lab.mpi import IMPLS
-from ..topology import LAN_PACING, STRATEGIES
+from ..topology import LAN_PACING, STRATEGIES, WAN_PACING
 from ..topology_file import load_topology
 from . import options as O
 from . import units
@@ -39,10 +39,10 @@ from .sweep import OPS, Point, run_plan
 
 # A side's keys and how each is read: gateway settings (as the sweep's flags take them),
 # the split policy of the ranks, the gridsplitd binary, and a label.
-KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_streams", "split", "encryption",
+KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_pacing", "wan_streams", "split", "encryption",
         "label")
 CHOICES = {"strategy": STRATEGIES, "congestion": ("cubic", "reno", "bbr"), "lan_tuning": ("on", "off"),
-           "lan_pacing": LAN_PACING, "encryption": ("noise", "insecure")}
+           "lan_pacing": LAN_PACING, "wan_pacing": WAN_PACING, "encryption": ("noise", "insecure")}
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def side_point(side: Side, g, op: str, impl: str, nodes: int, size: int, repeat:
     return Point(op, impl, nodes, size, repeat, "split", s.get("strategy", g.strategy), s.get("congestion", g.congestion),
                  s.get("lan_tuning", g.lan_tuning), s.get("wan_streams", g.wan_streams), s.get("split", "policy"),
                  ab=side.label, gridsplitd=side.gridsplitd, encryption=s.get("encryption", g.encryption),
-                 pacing=s.get("lan_pacing", g.lan_pacing))
+                 pacing=s.get("lan_pacing", g.lan_pacing), wan_pacing=s.get("wan_pacing", g.wan_pacing))
 
 
 def plan(op: str, topo_gateways, sides: tuple[Side, Side], impls: list[str], nodes: list[int], sizes: list[int],
@@ -215,7 +215,8 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
 
     Each side is KEY=VALUE,... with keys gridsplitd (a binary, e.g. another commit's build),
     strategy, congestion, lan_tuning (on/off), lan_pacing (auto/on/off: pace the gateways' writes toward each LAN
-    host at the nodes' NIC rate), wan_streams (auto/1..16), split (policy, all, none, or site pairs joined
+    host at the nodes' NIC rate), wan_pacing (full/shared/adaptive: the WAN links' rate, docs/design/wan-pacing.md),
+    wan_streams (auto/1..16), split (policy, all, none, or site pairs joined
     by +, e.g. east-west+east-north: those split, the others direct), encryption (noise/insecure) and label.
     Example: `gridsplit bench ab gather --b gridsplitd=/tmp/old/target/release/gridsplitd`.
     The table gives B/A per point: the median and min-max of the per-round ratios (docs/bench.md).

@@ -60,6 +60,8 @@ class Point:
     gridsplitd: str | None = None
     # `bench ab`: [gateways] encryption of the side ("noise" or "insecure"; None: the topology's).
     encryption: str | None = None
+    # `bench ab`: [gateways] wan_pacing of the side ("full", "shared", "adaptive"; None: the topology's).
+    wan_pacing: str | None = None
 
     @property
     def variant(self) -> dict[str, Any] | None:
@@ -68,12 +70,13 @@ class Point:
             return None
         v = {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
              "lan_pacing": self.pacing, "wan_streams": self.streams, "split": self.split}
-        return {**v, "ab": self.ab, "gridsplitd": self.gridsplitd, "encryption": self.encryption} if self.ab else v
+        return ({**v, "ab": self.ab, "gridsplitd": self.gridsplitd, "encryption": self.encryption,
+                 "wan_pacing": self.wan_pacing} if self.ab else v)
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
-                self.lan, self.streams, self.split, self.ab, self.encryption, self.pacing)
+                self.lan, self.streams, self.split, self.ab, self.encryption, self.pacing, self.wan_pacing)
 
 
 # -- placement and physics -----------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import GridsplitError
 from ..capacity import (lan_pacing_burst_bytes, lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget,
-                        gateway_path_mbps, wan_pacing_mbps, wan_streams)
+                        gateway_path_mbps, wan_adaptive_pacing, wan_pacing_mbps, wan_streams)
 from ..model.splitadvise import split_policy
 from ..topology import Topology
 from .nodes import NodeSite, nodes_file
@@ -227,6 +227,13 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
             streams, why = wan_streams(fig["bandwidth_bps"] / 1e6, fig["rtt_ms"], loss)
         lines += ["[[link]]", f'peer = "{peer}"', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}",
                   f"pacing_bps = {fig['pacing_bps']}", f"# streams: {why}", f"streams = {streams}"]
+        adaptive = wan_adaptive_pacing(topo, peer)
+        if adaptive:
+            port, floor = (pacing_bps(x) for x in adaptive)
+            lines += [f"# wan_pacing = \"adaptive\": paced at {peer}'s gateway port ({adaptive[0]:g} Mb/s) less what its nodes",
+                      f"# are seen sending back on this link, between {adaptive[1]:g} Mb/s and pacing_bps "
+                      "(docs/design/wan-pacing.md)",
+                      f"pacing_far_port_bps = {port}", f"pacing_floor_bps = {min(floor, fig['pacing_bps'])}"]
         if m is not None:
             lines += [f"socket_buffer = {m['socket_buffer']}", f'congestion = "{m["congestion"]}"']
         lines.append("")

@@ -79,6 +79,20 @@ fn link_overrides_merge_over_wan() {
 }
 
 #[test]
+fn adaptive_pacing_takes_the_far_port_and_a_floor_per_link() {
+    let adaptive = "[[link]]\npeer = \"sophia\"\npacing_bps = 190000000\n\
+                    pacing_far_port_bps = 200000000\npacing_floor_bps = 100000000\n";
+    let c = load(&sample("", adaptive)).unwrap();
+    let p = c.wan_params("sophia");
+    assert_eq!(
+        (p.pacing_bps, p.pacing_far_port_bps, p.pacing_floor_bps),
+        (190_000_000, 200_000_000, 100_000_000)
+    );
+    let c = load(&sample("", "")).unwrap();
+    assert_eq!(c.wan_params("sophia").pacing_far_port_bps, 0);
+}
+
+#[test]
 fn paced_means_a_cap_that_linux_paces_below() {
     assert!(!load(&sample("", "")).unwrap().paced());
     let capped = "[[link]]\npeer = \"sophia\"\npacing_bps = 98000000\n";
@@ -134,6 +148,18 @@ fn errors_are_one_line_and_name_the_field() {
             "lan.burst_bytes",
         ),
         (sample("", "[lan]\nrto_min = 8\n"), "lan"),
+        (
+            sample(
+                "",
+                "[[link]]\npeer = \"sophia\"\npacing_bps = 98000000\npacing_far_port_bps = 200000000\n\
+                 pacing_floor_bps = 150000000\n",
+            ),
+            "link[0].pacing_floor_bps",
+        ),
+        (
+            sample("", "[[link]]\npeer = \"sophia\"\npacing_far_port_bps = 200000000\n"),
+            "link[0].pacing_floor_bps",
+        ),
     ];
     for (text, field) in cases {
         let e = load(&text).unwrap_err();

@@ -16,6 +16,13 @@ pub struct WanParams {
     pub socket_buffer: u64,
     /// 0 = no pacing cap.
     pub pacing_bps: u64,
+    /// The far gateway's switch-port rate, bits/s: when set, the link is paced at that
+    /// rate less the peak rate the peer sends on the link's reverse direction (what its
+    /// own nodes' relayed sends put through that port), between `pacing_floor_bps` and
+    /// `pacing_bps` (link/pacer.rs). 0 = the fixed `pacing_bps`.
+    pub pacing_far_port_bps: u64,
+    /// The least rate adaptive pacing sets, bits/s.
+    pub pacing_floor_bps: u64,
     /// TCP_NOTSENT_LOWAT of the WAN socket, bytes; 0 = derived from the
     /// bandwidth (tune::target_lowat).
     pub notsent_lowat: u64,
@@ -43,6 +50,8 @@ impl Default for WanParams {
             rtt_ms: 10.6,
             socket_buffer: 0,
             pacing_bps: 0,
+            pacing_far_port_bps: 0,
+            pacing_floor_bps: 0,
             notsent_lowat: 0,
             nodelay: true,
             keepalive_ms: 1000,
@@ -61,6 +70,8 @@ pub(super) struct RawWan {
     rtt_ms: Option<f64>,
     socket_buffer: Option<u64>,
     pacing_bps: Option<u64>,
+    pacing_far_port_bps: Option<u64>,
+    pacing_floor_bps: Option<u64>,
     notsent_lowat: Option<u64>,
     nodelay: Option<bool>,
     keepalive_ms: Option<u64>,
@@ -81,6 +92,8 @@ impl RawWan {
             rtt_ms: self.rtt_ms.unwrap_or(base.rtt_ms),
             socket_buffer: self.socket_buffer.unwrap_or(base.socket_buffer),
             pacing_bps: self.pacing_bps.unwrap_or(base.pacing_bps),
+            pacing_far_port_bps: self.pacing_far_port_bps.unwrap_or(base.pacing_far_port_bps),
+            pacing_floor_bps: self.pacing_floor_bps.unwrap_or(base.pacing_floor_bps),
             notsent_lowat: self.notsent_lowat.unwrap_or(base.notsent_lowat),
             nodelay: self.nodelay.unwrap_or(base.nodelay),
             keepalive_ms: self.keepalive_ms.unwrap_or(base.keepalive_ms),
@@ -140,6 +153,19 @@ pub(super) fn check_wan(table: &str, w: &WanParams, file: &str) -> Result<(), Co
             "notsent_lowat",
             format!("{} is above 1 GiB", w.notsent_lowat),
             "use 0 (derive from the bandwidth) or a byte count ≤ 1073741824",
+        ));
+    }
+    if w.pacing_far_port_bps > 0
+        && (w.pacing_bps == 0 || w.pacing_floor_bps == 0 || w.pacing_floor_bps > w.pacing_bps)
+    {
+        return Err(err(
+            "pacing_floor_bps",
+            format!(
+                "adaptive pacing (pacing_far_port_bps {}) needs 0 < pacing_floor_bps ({}) <= pacing_bps ({})",
+                w.pacing_far_port_bps, w.pacing_floor_bps, w.pacing_bps
+            ),
+            "set pacing_bps to the link's most and pacing_floor_bps to its least rate, or pacing_far_port_bps = 0 \
+             for fixed pacing (`gridsplit gateway config` writes all three)",
         ));
     }
     if w.keepalive_ms < 50 || w.keepalive_ms > 600_000 {

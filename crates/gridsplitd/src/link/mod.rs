@@ -17,11 +17,13 @@
 //! The parts, one job each: establish.rs (dial, accept, handshake, run a
 //! connection), session.rs (start or resume), stripes.rs (a striped set's
 //! other connections), send.rs (send path and replay record), recv.rs (reader and frame handling),
-//! keepalive.rs (liveness and ACKs), replay.rs (the buffer). This file holds
+//! keepalive.rs (liveness and ACKs), replay.rs (the buffer), pacer.rs (adaptive
+//! pacing, where configured). This file holds
 //! the session's state: its flows, its connection, its status.
 
 mod establish;
 mod keepalive;
+mod pacer;
 mod recv;
 mod replay;
 mod send;
@@ -182,6 +184,8 @@ pub struct Link {
     /// Connections after the first, and the bytes they sent again.
     pub reconnects: AtomicU64,
     pub bytes_replayed: AtomicU64,
+    /// The pacing rate adaptive pacing set last (bits/s); 0 when the link's pacing is fixed.
+    pacing_bps: AtomicU64,
     /// Acceptor side of a striped connection set being assembled: where JOINed
     /// connections go (link/stripes.rs).
     joining: Mutex<Option<stripes::Joining>>,
@@ -221,6 +225,8 @@ pub struct LinkStatus {
     pub wan_bytes_in: u64,
     pub batch_frames: u64,
     pub chunks_aggregated: u64,
+    /// Adaptive pacing's rate in force (bits/s); None when the link's pacing is fixed.
+    pub adaptive_pacing_bps: Option<u64>,
     pub applied: Vec<Applied>,
     pub tcp_info: Vec<crate::tune::TcpInfo>,
 }
@@ -270,9 +276,18 @@ impl Link {
             chunks_aggregated: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             bytes_replayed: AtomicU64::new(0),
+            pacing_bps: AtomicU64::new(0),
             joining: Mutex::new(None),
         });
         tokio::spawn(watchdog(link.clone()));
+        if params.pacing_far_port_bps > 0 {
+            tokio::spawn(pacer::run(
+                link.clone(),
+                params.pacing_far_port_bps,
+                params.pacing_floor_bps,
+                params.pacing_bps,
+            ));
+        }
         link
     }
 
@@ -368,6 +383,7 @@ impl Link {
             wan_bytes_in: self.bytes_in.load(Ordering::Relaxed),
             batch_frames: self.batch_frames.load(Ordering::Relaxed),
             chunks_aggregated: self.chunks_aggregated.load(Ordering::Relaxed),
+            adaptive_pacing_bps: Some(self.pacing_bps.load(Ordering::Relaxed)).filter(|&b| b > 0),
             applied: probe.as_ref().map_or_else(Vec::new, |p| p.applied()),
             tcp_info: probe.as_ref().map_or_else(Vec::new, |p| p.tcp_info()),
         }

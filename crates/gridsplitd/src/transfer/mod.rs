@@ -90,6 +90,8 @@ pub trait WanProbe: Send + Sync + 'static {
     fn streams(&self) -> usize;
     fn tcp_info(&self) -> Vec<TcpInfo>;
     fn applied(&self) -> Vec<Applied>;
+    /// Caps every connection's pacing rate at `bps` bits/s (SO_MAX_PACING_RATE).
+    fn set_pacing(&self, bps: u64);
     /// Shuts the transport down both ways, waking both halves with an error/EOF.
     fn close(&self);
 }
@@ -126,6 +128,14 @@ impl WanProbe for FdProbe {
             .iter()
             .map(|(fd, p)| tune::read_back(fd, p))
             .collect()
+    }
+
+    fn set_pacing(&self, bps: u64) {
+        for (fd, _) in &self.fds {
+            if let Err(e) = tune::set_pacing(fd, bps) {
+                tracing::debug!("SO_MAX_PACING_RATE {bps}: {e}");
+            }
+        }
     }
 
     fn close(&self) {
