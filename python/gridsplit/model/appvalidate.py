@@ -49,6 +49,11 @@ def run_split_pairs(topo: Topology, lab: dict[str, Any], src: str) -> set[frozen
     return {_pair(w.a, w.b) for w in topo.wans if recorded.get(f"{w.a}-{w.b}", "").startswith("split")}
 
 
+def _spanned(topo: Topology, sites: dict[str, int]) -> set[frozenset[str]]:
+    """The site pairs a job with `sites` ({site: ranks}) has ranks on both ends of."""
+    return {_pair(w.a, w.b) for w in topo.wans if sites.get(w.a) and sites.get(w.b)}
+
+
 def named_pairs(topo: Topology, spec: str) -> set[frozenset[str]]:
     """The pairs a run that named its split (Topology.with_split's spec) relayed."""
     if spec == "all":
@@ -66,11 +71,11 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
     # An A/B's sides (bench app --a/--b) and a sweep's named splits say which pairs each variant split.
     named = {d["label"]: d["split"] for d in (meta.get("ab") or {}).values() if d.get("split", "policy") != "policy"}
     rows = read_rows(path)
-    for s in summarize_apps(rows):
+    summary = summarize_apps(rows)
+    for s in summary:
         if s["ratio"] is None:
             continue
-        sites = sorted(x for x, n in s["sites"].items() if n)
-        spanned = {_pair(w.a, w.b) for w in topo.wans if w.a in sites and w.b in sites}
+        spanned = _spanned(topo, s["sites"])
         advised = splits & spanned
         spec = named.get(s["variant"]) or named_split(s["variant"])
         ran_here = (ran if spec is None else named_pairs(topo, spec)) & spanned
@@ -87,20 +92,21 @@ def app_cells(path: Path, name: str, topo: Topology, meta: dict[str, Any]) -> li
                     "reasons": {"-".join(sorted(p)): reasons[p] for p in spanned if p in reasons},
                     "measured_ratio": meas, "measured_min": s["ratio_min"], "measured_max": s["ratio_max"],
                     "rounds": s["rounds"], "basis": basis, "right": right})
-    return out + _side_cells(rows, name, topo, meta, ran, splits)
+    placed = {(s["app"], s["impl"]): s["sites"] for s in summary}
+    return out + _side_cells(rows, placed, name, topo, meta, ran, splits)
 
 
-def _side_cells(rows: list[dict[str, Any]], name: str, topo: Topology, meta: dict[str, Any], ran: set[frozenset[str]],
-                splits: set[frozenset[str]]) -> list[dict[str, Any]]:
-    """An A/B's two split choices against each other, where one side applied the policy."""
+def _side_cells(rows: list[dict[str, Any]], placed: dict[tuple[str, str], dict[str, int]], name: str, topo: Topology,
+                meta: dict[str, Any], ran: set[frozenset[str]], splits: set[frozenset[str]]) -> list[dict[str, Any]]:
+    """An A/B's two split choices against each other, where one side applied the policy
+    (`placed`: each (app, impl)'s ranks per site)."""
     sides = {d["label"]: d.get("split", "policy") for d in (meta.get("ab") or {}).values() if d.get("label")}
     if len(sides) != 2:
         return []
-    placed = {(s["app"], s["impl"]): s["sites"] for s in summarize_apps(rows)}
     out = []
     for r in side_ratios(rows, *sides):
         sites = placed[(r["app"], r["impl"])]
-        spanned = {_pair(w.a, w.b) for w in topo.wans if sites.get(w.a) and sites.get(w.b)}
+        spanned = _spanned(topo, sites)
         pairs = {lab: (ran if spec == "policy" else named_pairs(topo, spec)) & spanned for lab, spec in sides.items()}
         (a, pa), (b, pb) = pairs.items()
         policy_side = a if pa == splits & spanned else b if pb == splits & spanned else None

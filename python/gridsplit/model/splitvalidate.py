@@ -118,8 +118,8 @@ def _split_set(topo: Topology, tag: str, lab: dict[str, Any]) -> set[frozenset[s
     """The site pairs a split run relayed: all (split-all, `split = "all"`), the ones the lab's recorded
     policy split (its node file), or, for runs before the policy was recorded, the capacity rule
     the gateways then applied."""
-    if named_split(tag):
-        return appvalidate.named_pairs(topo, named_split(tag))
+    if spec := named_split(tag):
+        return appvalidate.named_pairs(topo, spec)
     if topo.gateways.split == "all":
         return {frozenset((w.a, w.b)) for w in topo.wans}
     if lab.get("split_policy") is not None:

@@ -18,7 +18,7 @@
 //! connection), session.rs (start or resume), stripes.rs (a striped set's
 //! other connections), send.rs (send path and replay record), recv.rs (reader and frame handling),
 //! keepalive.rs (liveness and ACKs), replay.rs (the buffer), pacer.rs (adaptive
-//! pacing, where configured). This file holds
+//! pacing, where configured), ticker.rs (their clock). This file holds
 //! the session's state: its flows, its connection, its status.
 
 mod establish;
@@ -29,6 +29,7 @@ mod replay;
 mod send;
 mod session;
 mod stripes;
+mod ticker;
 
 pub use establish::{accept_loop, dial_loop};
 pub use replay::OutOfRange;

@@ -17,8 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::time::MissedTickBehavior;
-
+use super::ticker::Ticker;
 use super::Link;
 
 /// How often the received rate is sampled and the pacing rate revised.
@@ -42,8 +41,9 @@ pub(super) fn held_peak(peak: f64, rate: f64, dt: f64) -> f64 {
 
 /// Revises the link's pacing until the session ends.
 pub(super) async fn run(link: Arc<Link>, port: u64, floor: u64, cap: u64) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // A timerfd, not tokio's timer: a pending tokio timer would arm a timeout on every
+    // epoll_wait of the runtime, which each relayed message pays (ticker.rs).
+    let mut tick = Ticker::new(TICK);
     let (mut last_bytes, mut last_t, mut peak) =
         (link.bytes_in.load(Ordering::Relaxed), Instant::now(), 0.0);
     // (connection generation, rate) in force: a new connection starts at the cap
@@ -52,7 +52,7 @@ pub(super) async fn run(link: Arc<Link>, port: u64, floor: u64, cap: u64) {
     loop {
         tokio::select! {
             _ = link.closed.cancelled() => return,
-            _ = tick.tick() => {}
+            r = tick.tick() => if r.is_err() { return },
         }
         let (now, bytes) = (Instant::now(), link.bytes_in.load(Ordering::Relaxed));
         let dt = now.duration_since(last_t).as_secs_f64().max(1e-6);
