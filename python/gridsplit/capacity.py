@@ -59,7 +59,8 @@ def wan_adaptive_pacing(topo: Topology, peer: str) -> tuple[float, float] | None
     """`[gateways] wan_pacing = "adaptive"`: the far gateway's NIC (its switch port's rate) and the
     floor (the far site's node NIC) that gridsplitd paces a link toward `peer` between, taking off
     the port's rate what the far site's nodes are seen sending back on the link (link/pacer.rs).
-    None for the fixed settings. The split model reads the link at its cap (wan_pacing_mbps)."""
+    None for the fixed settings. The split model takes the same remainder off the far port in
+    term (h) (model/splitmodel.py `_far_ports`)."""
     if topo.gateways.wan_pacing != "adaptive":
         return None
     far = topo.site(peer)

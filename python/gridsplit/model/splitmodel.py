@@ -34,7 +34,8 @@ from collections import Counter
 from functools import lru_cache
 
 from ..errors import GridsplitError
-from ..capacity import LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_pacing_mbps, wan_streams
+from ..capacity import (LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_adaptive_pacing, wan_pacing_mbps,
+                        wan_streams)
 from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
@@ -266,8 +267,9 @@ def _half_duplex_sites(topo: Topology, flows: Counter, split: frozenset[frozense
 def _far_ports(topo: Topology, job: Job, msgs: Counter, relay) -> dict[tuple[str, str], tuple[float, ...]]:
     """For each relayed crossing (a, b) among `msgs` ((site, site) -> messages sent at once),
     what meets b's gateway port (term (h)), per gateway of b: the flight a's WAN link brings in,
-    the rate of every relayed peer's link into it (each at its pacing rate), the rate of b's own
-    relayed senders (their NICs), and a's link's rate. `relay(a, b)`: by site name."""
+    the rate of every relayed peer's link into it (each at its pacing rate: under adaptive pacing
+    the far port less what b's nodes send back on that link), the rate of b's own relayed senders
+    (their NICs), and a's link's rate. `relay(a, b)`: by site name."""
     out = {}
     for b in {y for (x, y) in msgs if relay(x, y)}:
         site = topo.site(b)
@@ -275,6 +277,13 @@ def _far_ports(topo: Topology, job: Job, msgs: Counter, relay) -> dict[tuple[str
         senders = min(site.nodes, sum(n for (x, y), n in msgs.items() if x == b and relay(x, y)))
         pace = {x: Bps(wan_pacing_mbps(topo, x, b, gateway_path_mbps(topo, x, b)))
                 for x in {x for (x, y) in msgs if y == b and relay(x, y)}}
+        if adaptive := wan_adaptive_pacing(topo, b):
+            # `wan_pacing = "adaptive"`: each link takes off the far port what b's nodes send back
+            # on it (its own reverse direction: what they send to other sites is not seen), within
+            # [b's node NIC, its cap] (gridsplitd link/pacer.rs, docs/model.md §5.1 (h)).
+            port, floor = (Bps(v) for v in adaptive)
+            pace = {x: min(r, max(floor, port - min(site.nodes, msgs[(b, x)] if relay(b, x) else 0)
+                                  * Bps(site.nic_mbps) / g)) for x, r in pace.items()}
         for x, link in pace.items():
             out[(x, b)] = (msgs[(x, b)] * job.size / g, sum(pace.values()), senders * Bps(site.nic_mbps) / g, link)
     return out

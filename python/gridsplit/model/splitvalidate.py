@@ -49,8 +49,11 @@ REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # by the link's window after its 1 MB exchanges were seen. The sixth
 # (results/model/2026-11-27-holdout6-score: 12/18, 0.269 as predicted; 14/18 without the term (i)
 # its runs refuted), revealed since the eager all-to-all's incast was corrected on its runs.
+# The adaptive-pacing A/Bs (full against adaptive WAN pacing, both against direct), revealed: (h)'s
+# adaptive remainder was written after they were seen.
 REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-27-holdout3-policy",
-                 "results/matrix/2026-11-27-holdout4", "results/matrix/2026-11-27-holdout6")
+                 "results/matrix/2026-11-27-holdout4", "results/matrix/2026-11-27-holdout6",
+                 "results/matrix/2026-11-27-adaptive-pacing")
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
 # the fifth and the seventh held-out grids (predictions: results/model/2026-11-27-holdout5-predictions,
 # -holdout7-predictions); no change since the fifth's predictions moves any of its cells. And the
@@ -114,17 +117,28 @@ def held_out(name: str) -> bool:
     return any(name.startswith(d + "/") or f"/{d}/" in name for d in HELD_OUT_DIRS)
 
 
-def _split_set(topo: Topology, tag: str, lab: dict[str, Any]) -> set[frozenset[str]]:
-    """The site pairs a split run relayed: all (split-all, `split = "all"`), the ones the lab's recorded
-    policy split (its node file), or, for runs before the policy was recorded, the capacity rule
-    the gateways then applied."""
-    if spec := named_split(tag):
+def _split_set(topo: Topology, tag: str, lab: dict[str, Any], side: dict[str, Any]) -> set[frozenset[str]]:
+    """The site pairs a split run relayed: the ones it named (a variant's ":split-...", an A/B side's
+    `split`), all (`split = "all"`), the ones the lab's recorded policy split (its node file), or, for
+    runs before the policy was recorded, the capacity rule the gateways then applied."""
+    if spec := named_split(tag) or (side.get("split") if side.get("split", "policy") != "policy" else None):
         return appvalidate.named_pairs(topo, spec)
     if topo.gateways.split == "all":
         return {frozenset((w.a, w.b)) for w in topo.wans}
     if lab.get("split_policy") is not None:
         return appvalidate.run_split_pairs(topo, lab, topo.name)
     return {frozenset(p) for p, (yes, _) in split_pairs(topo).items() if yes}
+
+
+def _ab_side(points: list[dict[str, Any]], tag: str) -> dict[str, Any]:
+    """The gateway settings a `bench ab` side ran with (its rows' variant), {} for other variants."""
+    return next((r["variant"] for r in points if (r.get("variant") or {}).get("ab") == tag), {})
+
+
+def _side_grid(topo: Topology, side: dict[str, Any]) -> Topology:
+    """`topo` with an A/B side's gateway settings that the model reads."""
+    keep = {k: side[k] for k in ("wan_pacing", "lan_tuning", "wan_streams") if side.get(k) is not None}
+    return replace(topo, gateways=replace(topo.gateways, **keep)) if keep else topo
 
 
 def _per_rep(points: list[dict[str, Any]], s: dict[str, Any], tag: str) -> float | None:
@@ -162,9 +176,11 @@ def file_cells(path: Path, name: str | None = None) -> list[dict[str, Any]]:
         exchange = s["op"] in sm.EXCHANGES
         job = sm.Job(s["op"], s["size_bytes"], s["impl"], streams=streams,
                      senders=None if exchange else s["nodes"], poll=poll)
-        # A split variant run without the gateways' LAN clamps.
+        # A split variant run without the gateways' LAN clamps, or an A/B side's settings.
+        side = _ab_side(points, tag)
         grid = replace(topo, gateways=replace(topo.gateways, lan_tuning=False)) if ":no-lan-tuning" in tag else topo
-        relayed = _split_set(grid, tag, meta.get("lab") or {})
+        grid = _side_grid(grid, side)
+        relayed = _split_set(grid, tag, meta.get("lab") or {}, side)
         if exchange:
             run = sm.alltoall if s["op"] == "alltoall" else sm.halo
             d, sp = run(grid, job, set()), run(grid, job, relayed)
