@@ -57,9 +57,11 @@ REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-2
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
 # the fifth and the seventh held-out grids (predictions: results/model/2026-11-27-holdout5-predictions,
 # -holdout7-predictions); no change since the fifth's predictions moves any of its cells. And the
-# joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README).
+# joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README). And the
+# eighth, run with adaptive WAN pacing (predictions: results/model/2026-11-27-holdout8-predictions).
 HELD_OUT_DIR = "results/matrix/2026-11-27-holdout7"
-HELD_OUT_DIRS = ("results/matrix/2026-11-27-holdout5", HELD_OUT_DIR, "results/matrix/2026-11-27-joint-check")
+HELD_OUT_DIRS = ("results/matrix/2026-11-27-holdout5", HELD_OUT_DIR, "results/matrix/2026-11-27-joint-check",
+                 "results/matrix/2026-11-27-holdout8")
 # The committed measurements this validation reads by default (relative to the repository), and
 # every JSONL of REVEALED_GLOB, REVEALED_DIRS and HELD_OUT_DIRS (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
