@@ -674,6 +674,21 @@ def test_adaptive_pacing_takes_the_far_ports_remainder():
     assert all(c["kept_direct"] is False for c in cells.values())
 
 
+def test_relayed_runs_count_what_a_relayed_pair_cost():
+    """validate-split's never-slower view: a run relays its pairs for every cell, so the 10 KB
+    exchanges that holdout8's policy pair slowed count against it, though the decision's score
+    calls them right (predicted and measured on the direct side)."""
+    d = ROOT / "results/matrix/2026-11-27-holdout8"
+    res = splitvalidate.validate([d / f"{op}.jsonl" for op in ("halo", "alltoall", "gather")], "test", ROOT)
+    runs = {(r["variant"], tuple(r["relayed"]), r["relayed_by"]): r for r in res["relayed_runs"]}
+    assert set(runs) == {("adaptive", ("elm-gum",), "policy"), ("full", ("fir-gum",), "named")}
+    policy = runs[("adaptive", ("elm-gum",), "policy")]
+    assert policy["cells"] == 9 and policy["slower"] == policy["slower_scored_right"] == 2
+    assert policy["worst"]["size"] == 10_000
+    text = "\n".join(splitvalidate.report_lines(res))
+    assert "Pairs chosen by the default policy: 0 of 1 runs" in text and "| holdout8 | adaptive | openmpi | elm-gum (policy) |" in text
+
+
 def test_split_bench_all_layout_and_kept_direct_cells(tmp_path):
     from gridsplit.topology_file import load_topology
     topo = _gw_topo()
