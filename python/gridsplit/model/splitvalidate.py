@@ -267,11 +267,12 @@ def relayed_runs(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 21's question per run rather than per cell. A run that relayed pairs (a grid, a split
     variant, a library) relays them for every operation and size, whichever cell the policy relayed
     them for; a cell predicted and measured on the direct side is scored right even when the run
-    relayed a pair and the cell paid for it. Per run: its cells, how many took longer split than
-    direct beyond the tolerance (and how many of those the decision's score counts right), the worst."""
+    relayed a pair and the cell paid for it. Per run: its cells whose operation crossed a relayed pair
+    (a kept-direct cell ran direct on both sides), how many took longer split than direct beyond the
+    tolerance (and how many of those the decision's score counts right), the worst."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for c in cells:
-        if c.get("relayed"):
+        if c.get("relayed") and not c["kept_direct"]:
             groups.setdefault((c["topology"], c["variant"], c["impl"], tuple(c["relayed"]), c["relayed_by"]), []).append(c)
     out = []
     for (topo, variant, impl, pairs, by), cs in sorted(groups.items()):
