@@ -162,9 +162,9 @@ DEFAULT_LAN_PACING = "auto"
 # pacing_bps; capacity.wan_pacing_mbps). "full": just under the path's slowest NIC or link;
 # "shared": also at most half of either end's gateway NIC (but never under a node's NIC),
 # since in an exchange a one-NIC gateway's switch port takes as much from its own LAN senders
-# as from the WAN (results/matrix/2026-11-27-halo-diagnosis); "adaptive": the path's rate less
-# what the far site's nodes are seen sending on the link's reverse direction, never under its
-# nodes' NIC (gridsplitd link/pacer.rs; capacity.wan_adaptive_pacing).
+# as from the WAN (results/matrix/2026-11-27-halo-diagnosis); "adaptive": the far gateway's NIC
+# less what the far site's nodes are seen sending on the link's reverse direction, between their
+# NIC and the path's rate (gridsplitd link/pacer.rs; capacity.wan_adaptive_pacing).
 WAN_PACING = ("full", "shared", "adaptive")
 DEFAULT_WAN_PACING = "full"
 

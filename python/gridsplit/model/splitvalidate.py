@@ -124,7 +124,7 @@ def _split_set(topo: Topology, tag: str, lab: dict[str, Any], side: dict[str, An
     """The site pairs a split run relayed: the ones it named (a variant's ":split-...", an A/B side's
     `split`), all (`split = "all"`), the ones the lab's recorded policy split (its node file), or, for
     runs before the policy was recorded, the capacity rule the gateways then applied."""
-    if spec := named_split(tag) or (side.get("split") if side.get("split", "policy") != "policy" else None):
+    if spec := _named(tag, side):
         return appvalidate.named_pairs(topo, spec)
     if topo.gateways.split == "all":
         return {frozenset((w.a, w.b)) for w in topo.wans}
@@ -133,17 +133,17 @@ def _split_set(topo: Topology, tag: str, lab: dict[str, Any], side: dict[str, An
     return {frozenset(p) for p, (yes, _) in split_pairs(topo).items() if yes}
 
 
+def _named(tag: str, side: dict[str, Any]) -> str | None:
+    """The pairs a split run named (a variant's ":split-...", an A/B side's `split`); None for the policy."""
+    return named_split(tag) or (None if side.get("split", "policy") == "policy" else side["split"])
+
+
 def _relayed_by(topo: Topology, tag: str, side: dict[str, Any]) -> str:
     """Who chose the pairs a split run relayed: the run ("named"), `split = "all"` ("all") or the
     default policy ("policy"; before the policy was recorded, the capacity rule of the day)."""
-    if named_split(tag) or side.get("split", "policy") != "policy":
+    if _named(tag, side):
         return "named"
     return "all" if topo.gateways.split == "all" else "policy"
-
-
-def _ab_side(points: list[dict[str, Any]], tag: str) -> dict[str, Any]:
-    """The gateway settings a `bench ab` side ran with (its rows' variant), {} for other variants."""
-    return next((r["variant"] for r in points if (r.get("variant") or {}).get("ab") == tag), {})
 
 
 def _side_grid(topo: Topology, side: dict[str, Any]) -> Topology:
@@ -176,6 +176,8 @@ def file_cells(path: Path, name: str | None = None) -> list[dict[str, Any]]:
         topo = replace(topo, gateways=replace(topo.gateways, per_flow_buffer=window))
     yields = {impl: env.get("OMPI_MCA_mpi_yield_when_idle") == "1" for impl, env in (meta.get("rank_env") or {}).items()}
     points = [r for r in rows if r.get("kind") == "point"]
+    # The gateway settings each `bench ab` side ran with (its rows' variant), by label.
+    sides = {v["ab"]: v for r in points if (v := r.get("variant") or {}).get("ab")}
     facts = grid_facts(topo)
     out = []
     for s in summarize(rows):
@@ -188,7 +190,7 @@ def file_cells(path: Path, name: str | None = None) -> list[dict[str, Any]]:
         job = sm.Job(s["op"], s["size_bytes"], s["impl"], streams=streams,
                      senders=None if exchange else s["nodes"], poll=poll)
         # A split variant run without the gateways' LAN clamps, or an A/B side's settings.
-        side = _ab_side(points, tag)
+        side = sides.get(tag, {})
         grid = replace(topo, gateways=replace(topo.gateways, lan_tuning=False)) if ":no-lan-tuning" in tag else topo
         grid = _side_grid(grid, side)
         relayed = _split_set(grid, tag, meta.get("lab") or {}, side)
