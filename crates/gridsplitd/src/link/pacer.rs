@@ -12,6 +12,12 @@
 //! collective, so the peak decays over a few of them rather than a tick), and paces
 //! the link at the far port less that peak, within [floor, cap]. What the far nodes
 //! send to other sites is not seen here.
+//!
+//! The rate is the link's, so a link striped over K connections paces each at a K-th
+//! of it: the striped driver skips a lane whose socket is full, so K lanes each held to
+//! rate/K carry at most the rate between them (docs/design/wan-pacing.md, "Striped
+//! links"). The fixed `pacing_bps` stays per connection: it smooths each connection's
+//! bursts to the path's slowest NIC, which the sending NIC bounds anyway.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,6 +38,11 @@ const HYSTERESIS: f64 = 0.05;
 /// `peak` bits/s: the port's remainder, at least `floor`, at most `cap`.
 pub(super) fn target_bps(port: u64, floor: u64, cap: u64, peak: f64) -> u64 {
     ((port as f64 - peak).max(floor as f64) as u64).min(cap)
+}
+
+/// Each of a link's `streams` connections' share of the link rate `bps`.
+pub(super) fn per_stream_bps(bps: u64, streams: usize) -> u64 {
+    bps.div_ceil(streams.max(1) as u64)
 }
 
 /// The held peak after `dt` seconds with a sample of `rate` bits/s.
@@ -72,7 +83,7 @@ pub(super) async fn run(link: Arc<Link>, port: u64, floor: u64, cap: u64) {
             g != gen || (target as f64 - bps as f64).abs() > HYSTERESIS * bps as f64
         });
         if stale {
-            probe.set_pacing(target);
+            probe.set_pacing(per_stream_bps(target, probe.streams()));
             link.pacing_bps.store(target, Ordering::Relaxed);
             applied = Some((gen, target));
         }
@@ -90,6 +101,14 @@ mod tests {
         assert_eq!(target_bps(port, floor, cap, 60e6), 140_000_000);
         assert_eq!(target_bps(port, floor, cap, 150e6), floor);
         assert_eq!(target_bps(port, floor, cap, 400e6), floor);
+    }
+
+    #[test]
+    fn a_striped_links_rate_is_shared_among_its_streams() {
+        assert_eq!(per_stream_bps(190_000_000, 1), 190_000_000);
+        assert_eq!(per_stream_bps(190_000_000, 0), 190_000_000);
+        assert_eq!(per_stream_bps(190_000_000, 4), 47_500_000);
+        assert_eq!(per_stream_bps(100, 3), 34);
     }
 
     #[test]
