@@ -400,7 +400,7 @@ def test_split_policy_checks_the_pairs_it_splits_together():
         t = load_topology(str(ROOT / name))
         t = replace(t, gateways=replace(t.gateways, split="auto"))
         split = frozenset(frozenset(p) for p, (yes, _) in splitadvise.split_policy(t).items() if yes)
-        for op, m in splitadvise.POLICY_JOBS:
+        for op, m in t.gateways.policy_jobs:
             if op in SM.EXCHANGES and split:
                 run = SM.alltoall if op == "alltoall" else SM.halo
                 job = SM.Job(op, m)
@@ -732,3 +732,22 @@ def test_record_predictions_before_a_measurement(tmp_path):
     one.write_text('name = "one"\n[[site]]\nname = "solo"\nnodes = 4\n')
     cp = gridsplit("model", "record-predictions", str(one), "--out", str(out), check=False)
     assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_the_policy_weighs_the_jobs_the_topology_names(tmp_path):
+    """`[gateways] policy_ops` and `policy_sizes` are the jobs the default policy weighs: on the paper
+    grid (evidence matrix, gateways at the nodes' NIC) the unknown job keeps bordeaux-sophia direct
+    because a 1 MB halo would lose; a grid whose jobs are gathers splits it, and the reason lists
+    only those jobs' ratios. The keys reach the results through the topology (Topology.to_dict)."""
+    from gridsplit.topology_file import load_topology
+    text = (ROOT / "results/matrix/2026-11-26-evidence/paperauto.toml").read_text()
+    unknown = splitadvise.split_policy(load_topology(str(ROOT / "results/matrix/2026-11-26-evidence/paperauto.toml")))
+    assert unknown[("bordeaux", "sophia")][0] is False and "halo" in unknown[("bordeaux", "sophia")][1]
+    p = tmp_path / "paper-gathers.toml"
+    assert "\n[gateways]" not in text
+    p.write_text(text + '\n[gateways]\npolicy_ops = ["gather"]\npolicy_sizes = ["100K", 1000000]\n')
+    t = load_topology(str(p))
+    assert t.gateways.policy_jobs == (("gather", 100_000), ("gather", 1_000_000))
+    yes, why = splitadvise.split_policy(t)[("bordeaux", "sophia")]
+    assert yes and "gather 100K" in why and "halo" not in why and "10K" not in why.replace("100K", "")
+    assert t.to_dict()["gateways"]["policy_ops"] == ("gather",)

@@ -102,6 +102,12 @@ BAD = [
     (GOOD + '[gateways]\nwan_streams = 17\n', "gateways.wan_streams: must be ≤ 16"),
     (GOOD + '[gateways]\nwan_streams = "many"\n', 'gateways.wan_streams: must be "auto" or a number'),
     (GOOD.replace('rtt_ms = 10', 'rtt_ms = 10\nsplit = "yes"'), "wan[0].split: must be one of auto, always, never"),
+    (GOOD + '[gateways]\npolicy_ops = ["gather", "scan"]\n',
+     "gateways.policy_ops: must be a non-empty list of gather, bcast, alltoall, halo, got ['gather', 'scan']"),
+    (GOOD + '[gateways]\npolicy_ops = []\n', "gateways.policy_ops: must be a non-empty list"),
+    (GOOD + '[gateways]\npolicy_sizes = ["100K", "10M"]\n',
+     "gateways.policy_sizes: '10M' is not a message size from 1K to 2M; e.g. [\"100K\", \"1M\"]"),
+    (GOOD + '[gateways]\npolicy_sizes = "100K"\n', "gateways.policy_sizes: must be a non-empty list of message sizes"),
     (GOOD.replace('rtt_ms = 10', 'rtt_ms = 10\nsplit = "always"'),
      'wan[0].split: "always" needs a gateway at both sites, and a has none'),
 ]

@@ -169,6 +169,17 @@ WAN_PACING = ("full", "shared", "adaptive")
 DEFAULT_WAN_PACING = "full"
 
 
+# `[gateways] policy_ops` and `policy_sizes`: the jobs the default split policy weighs
+# (model.splitadvise.split_policy; docs/model.md §5.6). A pair is split where one of them gains
+# and none loses. When the jobs are unknown: gather, all-to-all and halo (which stands for
+# neighbour-exchange applications such as LAMMPS) at 10 KB, 100 KB and 1 MB. The sizes must lie
+# in the range the split model was validated on (the paper grid's sweeps: 1 KB to 2 MB).
+POLICY_OPS = ("gather", "bcast", "alltoall", "halo")
+DEFAULT_POLICY_OPS = ("gather", "alltoall", "halo")
+DEFAULT_POLICY_SIZES = (10_000, 100_000, 1_000_000)
+POLICY_SIZE_RANGE = (1_000, 2_000_000)
+
+
 # gridsplitd's scheduling strategies; tests/test_safety.py checks this list
 # against `gridsplitd --list-strategies`, the one registry (config/mod.rs).
 STRATEGIES = ("fifo", "aggregate", "fair")
@@ -213,6 +224,14 @@ class GatewaySettings:
     # Which site pairs' connections are split: "auto" (those where the split model
     # predicts a gain and no loss; model.splitadvise.split_policy, docs/model.md §5.6) or "all".
     split: str = "auto"
+    # The jobs that policy weighs: operations (POLICY_OPS) and message sizes in bytes.
+    policy_ops: tuple[str, ...] = DEFAULT_POLICY_OPS
+    policy_sizes: tuple[int, ...] = DEFAULT_POLICY_SIZES
+
+    @property
+    def policy_jobs(self) -> tuple[tuple[str, int], ...]:
+        """(op, bytes) of every job the default split policy weighs."""
+        return tuple((op, m) for op in self.policy_ops for m in self.policy_sizes)
 
     @property
     def lan_delack_us(self) -> int:

@@ -12,8 +12,10 @@ from pathlib import Path
 from dataclasses import replace
 from typing import Any
 
+from .bench.units import fmt_size, parse_size
 from .errors import GridsplitError
-from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_TCP, DEFAULT_WAN_PACING, LAN_PACING, MAX_GATEWAYS,
+from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_POLICY_OPS, DEFAULT_POLICY_SIZES, POLICY_OPS,
+                       POLICY_SIZE_RANGE, DEFAULT_TCP, DEFAULT_WAN_PACING, LAN_PACING, MAX_GATEWAYS,
                        NAME_RE, PRESETS, STRATEGIES, WAN_PACING, WAN_SPLIT, GatewaySettings, LabSettings, Site, TcpSettings, Topology,
                        WanLink)
 
@@ -103,7 +105,7 @@ TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "w
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
                 "lan_pacing", "lan_rto_min_us", "lan_delack_max_us", "outage_limit_s", "wan_streams", "split", "encryption",
-                "wan_pacing")
+                "wan_pacing", "policy_ops", "policy_sizes")
 DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -239,6 +241,30 @@ def _split(g: _Reader, routed: bool) -> str:
         g.fail("split", f'"{split}" may keep a site pair direct, and with [addressing] routed = false its nodes '
                         'cannot reach each other directly; leave split unset or set it to "all"')
     return split
+
+
+def _policy_jobs(g: _Reader) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """`[gateways] policy_ops` and `policy_sizes`: non-empty lists of the split model's operations
+    and of message sizes (bytes, or "100K") within the range it was validated on."""
+    ops = g.table.get("policy_ops", list(DEFAULT_POLICY_OPS))
+    if not isinstance(ops, list) or not ops or any(o not in POLICY_OPS for o in ops):
+        g.fail("policy_ops", f"must be a non-empty list of {', '.join(POLICY_OPS)}, got {ops!r}; "
+                             f'e.g. ["gather"] for a job that gathers')
+    raw = g.table.get("policy_sizes", list(DEFAULT_POLICY_SIZES))
+    lo, hi = POLICY_SIZE_RANGE
+    fix = f'e.g. ["100K", "1M"]; from {fmt_size(lo)} to {fmt_size(hi)}, the range the split model was validated on'
+    if not isinstance(raw, list) or not raw:
+        g.fail("policy_sizes", f"must be a non-empty list of message sizes, got {raw!r}; {fix}")
+    sizes = []
+    for v in raw:
+        try:
+            n = v if isinstance(v, int) and not isinstance(v, bool) else parse_size(v) if isinstance(v, str) else None
+        except GridsplitError:
+            n = None
+        if n is None or not lo <= n <= hi:
+            g.fail("policy_sizes", f"{v!r} is not a message size from {fmt_size(lo)} to {fmt_size(hi)}; {fix}")
+        sizes.append(n)
+    return tuple(dict.fromkeys(ops)), tuple(sorted(set(sizes)))
 
 
 def parse_topology(data: dict[str, Any], src: str) -> Topology:
@@ -399,6 +425,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         split=_split(g, routed),
         encryption=g.string("encryption", "noise", ("noise", "insecure")),
         wan_pacing=g.string("wan_pacing", DEFAULT_WAN_PACING, WAN_PACING),
+        **dict(zip(("policy_ops", "policy_sizes"), _policy_jobs(g))),
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

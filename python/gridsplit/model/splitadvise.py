@@ -29,12 +29,12 @@ SHIPPED = "split-validation.json"
 SUMMARY_KIND = "gridsplit-split-validation-summary"
 # 2 added p90_log_error (overall and per op): advise's ranges are multiplicative when it is there.
 SUMMARY_VERSION = 2
-# The default policy (split_policy): the job is unknown, so a pair is split only where the
-# model predicts a gain for one of these and no loss beyond TOLERANCE for any. The neighbour
-# exchange (halo) stands for applications such as LAMMPS; 100 KB is where split's gains on
-# incast and slow start are largest (paper v8: 0.43-0.68), which 10 KB and 1 MB alone miss
-# once a fast gateway's port costs the 1 MB gather (docs/model.md §5.6).
-POLICY_JOBS = tuple((op, m) for op in ("gather", "alltoall", "halo") for m in (10_000, 100_000, 1_000_000))
+# The default policy (split_policy) weighs the topology's `[gateways] policy_ops` at its
+# `policy_sizes` (GatewaySettings.policy_jobs): a pair is split only where the model predicts a
+# gain for one of them and no loss beyond TOLERANCE for any. Unset, the job is unknown: gather,
+# all-to-all and halo (for applications such as LAMMPS) at 10 KB, 100 KB and 1 MB; 100 KB is
+# where split's gains on incast and slow start are largest (paper v8: 0.43-0.68), which 10 KB
+# and 1 MB alone miss once a fast gateway's port costs the 1 MB gather (docs/model.md §5.6).
 # How to measure what a grid parameter out of the validated range leaves unknown.
 MEASURE = {"rtt_ms": "`gridsplit netcheck` measures the RTTs", "loss": "`gridsplit netcheck` measures the loss (retransmissions)",
            "nic_mbps": "`gridsplit netcheck` measures what a node reaches",
@@ -146,7 +146,8 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
 def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str], tuple[bool, str]]:
     """What the gateways' config should split when the job is unknown: for each WAN pair whose
     two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
-    A pair is split when the model predicts one of POLICY_JOBS gains (split/direct < DECIDE_BELOW)
+    A pair is split when the model predicts one of the topology's policy jobs
+    (`[gateways] policy_ops` × `policy_sizes`) gains (split/direct < DECIDE_BELOW)
     and none loses beyond TOLERANCE: never slower, faster where TCP suffers; always on an unrouted grid or with
     `[gateways] split = "all"`; as `[[wan]] split` says where it pins the pair ("always", "never");
     never when a site of the pair has no nodes. The pairs that pass
@@ -187,7 +188,8 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
             out[(w.a, w.b)] = (False, f"direct: {empty[0]} has no nodes, so no rank pair crosses {w.a}-{w.b}",
                                f"{empty[0]} has no nodes")
             continue
-        ratios = {(op, m): sm.cell(topo, sm.Job(op, m, impl), (w.a, w.b))["ratio"] for op, m in POLICY_JOBS}
+        ratios = {(op, m): sm.cell(topo, sm.Job(op, m, impl), (w.a, w.b))["ratio"]
+                  for op, m in topo.gateways.policy_jobs}
         gains_any = min(ratios.values()) < sm.DECIDE_BELOW
         worst = max(ratios, key=ratios.get)
         ok = ratios[worst] <= 1 + TOLERANCE
@@ -204,8 +206,8 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
     # Pairs pinned split are relayed whatever the policy says: the others are checked together with them.
     taken: list[tuple[str, str]] = [(w.a, w.b) for w in topo.wans if w.split == "always" and (w.a, w.b) in out]
     for pair in sorted(gains, key=lambda p: (gains[p], p)):
-        if taken:
-            worst, ratio = _joint_worst(topo, impl, [*taken, pair])
+        if taken and (joint := _joint_worst(topo, impl, [*taken, pair])):
+            worst, ratio = joint
             if ratio > 1 + TOLERANCE:
                 short = (f"relayed together with {', '.join('-'.join(p) for p in taken)}, the {worst[0]} of "
                          f"{worst[1] // 1000}K would lose (predicted split/direct {ratio:.2f})")
@@ -215,14 +217,18 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
     return tuple(out.items())
 
 
-def _joint_worst(topo: Topology, impl: str, pairs: list[tuple[str, str]]) -> tuple[tuple[str, int], float]:
-    """The exchange of POLICY_JOBS that loses most with `pairs` relayed together, and its split/direct."""
+def _joint_worst(topo: Topology, impl: str, pairs: list[tuple[str, str]]) -> tuple[tuple[str, int], float] | None:
+    """The exchange of the policy's jobs that loses most with `pairs` relayed together, and its
+    split/direct; None when the policy weighs no exchange (the model runs a gather or a bcast on one
+    pair's two sites, which the pair's own prediction already covers)."""
     relayed = frozenset(frozenset(p) for p in pairs)
     ratios = {}
-    for op, m in POLICY_JOBS:
+    for op, m in topo.gateways.policy_jobs:
         if op in sm.EXCHANGES:
             run = sm.alltoall if op == "alltoall" else sm.halo
             job = sm.Job(op, m, impl)
             ratios[(op, m)] = run(topo, job, relayed)["seconds"] / run(topo, job, frozenset())["seconds"]
+    if not ratios:
+        return None
     worst = max(ratios, key=ratios.get)
     return worst, ratios[worst]
