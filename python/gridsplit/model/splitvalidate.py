@@ -52,11 +52,12 @@ REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # The adaptive-pacing A/Bs (full against adaptive WAN pacing, both against direct), revealed: (h)'s
 # adaptive remainder was written after they were seen; and ev4 under the policies the model writes
 # for either pacing (a revealed grid, run after the eighth). And ev4 and the eighth again with adaptive
-# pacing shared among a striped link's streams, run after both were revealed.
+# pacing shared among a striped link's streams, run after both were revealed. And the paper grid
+# with the policy told the job gathers (policy_ops), a grid the terms were fitted on.
 REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-27-holdout3-policy",
                  "results/matrix/2026-11-27-holdout4", "results/matrix/2026-11-27-holdout6",
                  "results/matrix/2026-11-27-adaptive-pacing", "results/matrix/2026-11-27-adaptive-policy",
-                 "results/matrix/2026-11-27-striped-pacing")
+                 "results/matrix/2026-11-27-striped-pacing", "results/matrix/2026-11-27-policy-jobs")
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
 # the fifth and the seventh held-out grids (predictions: results/model/2026-11-27-holdout5-predictions,
 # -holdout7-predictions); no change since the fifth's predictions moves any of its cells. And the
