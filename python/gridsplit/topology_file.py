@@ -12,6 +12,7 @@ from pathlib import Path
 from dataclasses import replace
 from typing import Any
 
+# Message sizes are spelt as the bench and the MPI programs spell them (bench/units.py, a leaf module).
 from .bench.units import fmt_size, parse_size
 from .errors import GridsplitError
 from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_POLICY_OPS, DEFAULT_POLICY_SIZES, POLICY_OPS,
@@ -409,6 +410,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         resolved.append(s)
 
     g = _Reader(src, "gateways", data.get("gateways", {}), GATEWAY_KEYS)
+    policy_ops, policy_sizes = _policy_jobs(g)
     gw = GatewaySettings(
         strategy=g.string("strategy", "fair", STRATEGIES),
         congestion=g.string("congestion", "cubic", CONGESTION_CONTROLS),
@@ -425,7 +427,8 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         split=_split(g, routed),
         encryption=g.string("encryption", "noise", ("noise", "insecure")),
         wan_pacing=g.string("wan_pacing", DEFAULT_WAN_PACING, WAN_PACING),
-        **dict(zip(("policy_ops", "policy_sizes"), _policy_jobs(g))),
+        policy_ops=policy_ops,
+        policy_sizes=policy_sizes,
     )
     if gw.lan_port == gw.wan_port:
         g.fail("wan_port", "must differ from lan_port")

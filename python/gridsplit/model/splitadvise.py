@@ -144,8 +144,8 @@ def pair_cells(topo: Topology, ops: list[str], size: int, impl: str, bands: dict
 
 
 def split_policy(topo: Topology, impl: str = "openmpi") -> dict[tuple[str, str], tuple[bool, str]]:
-    """What the gateways' config should split when the job is unknown: for each WAN pair whose
-    two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
+    """What the gateways' config should split for the jobs the topology names (`[gateways]
+    policy_ops`, `policy_sizes`; unset: the job is unknown): for each WAN pair whose two sites have gateways, (split?, the reason in one line), as gateway.split_pairs returns.
     A pair is split when the model predicts one of the topology's policy jobs
     (`[gateways] policy_ops` × `policy_sizes`) gains (split/direct < DECIDE_BELOW)
     and none loses beyond TOLERANCE: never slower, faster where TCP suffers; always on an unrouted grid or with
