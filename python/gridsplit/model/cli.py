@@ -326,8 +326,10 @@ def advise(topology, nodes, scale, size, ops, impl, params, validation, split_va
            "scale": topo.scale, "size": m, "impl": impl, **res, "pairs": pairs, "split_model": {"notes": notes},
            "validation_split": {"date": bands.get("date"), "source": split_validation or "shipped with gridsplit",
                                 **bands["overall"]},
-           # What `gridsplit gateway config` writes for this grid: the job unknown, and the pairs
-           # checked together (docs/model.md §5.6), so it can differ from a pair's answer above.
+           # What `gridsplit gateway config` writes for this grid: the jobs the topology names
+           # (`[gateways] policy_ops`, `policy_sizes`; unset: the job unknown) and the pairs checked
+           # together (docs/model.md §5.6), so it can differ from a pair's answer above.
+           "policy_jobs": [[op, size] for op, size in topo.gateways.policy_jobs],
            "policy": [{"sites": list(p), "split": yes, "reason": why, "why": splitadvise.policy_short(topo)[p]}
                       for p, (yes, why) in splitadvise.split_policy(topo).items()]}
     if as_json:
@@ -364,7 +366,11 @@ def _print_advice(res: dict, m: int) -> None:
                       str(c["streams"]) if c["streams"] else "-")
     con.print(t)
     if res["policy"]:
-        con.print("default policy (`gridsplit gateway config`, any job, pairs checked together):")
+        jobs = {}
+        for op, size in res["policy_jobs"]:
+            jobs.setdefault(op, []).append(fmt_size(size))
+        weighs = "; ".join(f"{op} {', '.join(sizes)}" for op, sizes in jobs.items())
+        con.print(f"default policy (`gridsplit gateway config`; weighs {weighs}; pairs checked together):")
         for p in res["policy"]:
             con.print(f"  {' – '.join(p['sites'])}: {'[green]split[/green]' if p['split'] else 'direct'} ({p['why']})")
     for n in res.get("notes", []):
