@@ -12,8 +12,7 @@ from pathlib import Path
 from dataclasses import replace
 from typing import Any
 
-# Message sizes are spelt as the bench and the MPI programs spell them (bench/units.py, a leaf module).
-from .bench.units import fmt_size, parse_size
+from .units import fmt_size, parse_size
 from .errors import GridsplitError
 from .topology import (CONGESTION_CONTROLS, DEFAULT_LAN_PACING, DEFAULT_POLICY_OPS, DEFAULT_POLICY_SIZES, POLICY_OPS,
                        POLICY_SIZE_RANGE, DEFAULT_TCP, DEFAULT_WAN_PACING, LAN_PACING, MAX_GATEWAYS,

@@ -33,7 +33,7 @@ from ..lab.mpi import IMPLS
 from ..topology import LAN_PACING, STRATEGIES, WAN_PACING
 from ..topology_file import load_topology
 from . import options as O
-from . import units
+from .. import units
 from .report import build_report
 from .sweep import OPS, Point, run_plan
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import GridsplitError
 from . import page
 from .results import read_rows, summarize
-from .units import fmt_size
+from ..units import fmt_size
 
 
 def grid_of(meta: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ from ..errors import GridsplitError
 from ..lab.names import LabNames
 from ..lab.gateways import gateway_status
 from ..lab.realize import load_state
-from .units import parse_size
+from ..units import parse_size
 
 KIND = "gridsplit-bench-outage"
 

@@ -26,7 +26,7 @@ from . import page
 from .appresults import build_app_report, holds_app_runs
 from .matrix import build_matrix_report, grid_count
 from .results import HEADERS, frame_ceiling, median_of, read_rows, row_key, summarize, variant_tag
-from .units import fmt_size
+from ..units import fmt_size
 
 # Alter and Glück Tables 1-2 (MPICH, 200 gathers): (nodes, size) -> (direct distant, split local, split distant).
 SEED_FAST_RETRANS = {

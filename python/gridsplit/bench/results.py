@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..errors import GridsplitError
 from ..tcpbound import FRAME_OVERHEAD, GOODPUT
-from . import units
+from .. import units
 
 SCHEMA = "gridsplit.bench/1"
 

@@ -44,7 +44,7 @@ from ..lab import queues
 from ..lab.mpi import IMPLS, TIMED_OUT
 from . import measure
 from . import options as O
-from . import units
+from .. import units
 from .grid import lab_grid
 from .hosts import check_fixed_variant, check_impls, hosts_grid, hosts_topology
 from .options import ALL_NODES

@@ -20,7 +20,7 @@ import click
 from rich.table import Table
 
 from .. import machine
-from ..bench.units import fmt_size, parse_size
+from ..units import fmt_size, parse_size
 from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..lab.names import LabNames

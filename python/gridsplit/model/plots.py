@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..bench.units import fmt_size  # noqa: E402
+from ..units import fmt_size  # noqa: E402
 from .plogp import ParamSet  # noqa: E402
 
 COLORS = {"os": "tab:blue", "or": "tab:orange", "g": "tab:green"}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import machine
-from ..bench.units import fmt_size
+from ..units import fmt_size
 from ..errors import GridsplitError
 from ..lab.realize import LabState
 from . import grid

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import GridsplitError
+from .errors import GridsplitError
 
 _MULT = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 
