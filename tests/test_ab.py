@@ -67,12 +67,33 @@ def test_compare_pairs_the_sides_by_round():
     ("lan_pacing=yes", "lan_pacing='yes' is not one of auto, on, off"),
     ("split=east-", "split: 'east-' is not policy, all, none or site pairs joined by"),
     ("gridsplitd=/nonexistent/gridsplitd", "is not an executable file"),
+    ("policy_ops=gather+scan", "policy_ops: must be a non-empty list of gather, bcast, alltoall, halo"),
+    ("policy_sizes=100K+10M", "policy_sizes: '10M' is not a message size from 1K to 2M; join several with"),
+    ("policy_ops=gather,split=all", "policy_ops/policy_sizes choose the pairs of split=policy; drop split=all"),
 ])
 def test_bad_sides_are_one_line(text, msg):
     with pytest.raises(GridsplitError, match=msg):
         parse_side("B", text)
     cp = gridsplit("bench", "ab", "gather", "--b", text, check=False)
     assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+
+
+def test_a_side_with_policy_jobs_splits_the_pairs_of_that_policy():
+    """policy_ops/policy_sizes on a side are the topology's [gateways] keys for that side only: on the
+    paper grid of the evidence matrix the unknown job's policy keeps bordeaux-sophia direct (a 1 MB
+    halo would lose) and a gathering job's splits it (test_model checks the policy itself); the
+    side's split names the pair, and its reasons are recorded. A side without them is unchanged."""
+    from pathlib import Path
+    topo = load_topology(str(Path(__file__).parent.parent / "results/matrix/2026-11-26-evidence/paperauto.toml"))
+    plain = parse_side("A", "")
+    assert plain.for_topology(topo) is plain
+    gathers = parse_side("B", "policy_ops=gather,policy_sizes=100K+1M").for_topology(topo)
+    assert gathers.settings["split"] == "bordeaux-sophia"
+    assert gathers.settings["policy_ops"] == ("gather",) and gathers.settings["policy_sizes"] == (100_000, 1_000_000)
+    assert gathers.settings["policy_split"]["bordeaux-sophia"].startswith("split")
+    halos = parse_side("B", "policy_ops=halo,policy_sizes=1M").for_topology(topo)
+    assert halos.settings["split"] == "none" and "halo" in halos.settings["policy_split"]["bordeaux-sophia"]
+    assert gathers.describe()["policy_split"] == gathers.settings["policy_split"]
 
 
 def test_the_same_gateways_on_both_sides_are_refused():

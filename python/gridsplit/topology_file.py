@@ -243,28 +243,46 @@ def _split(g: _Reader, routed: bool) -> str:
     return split
 
 
-def _policy_jobs(g: _Reader) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """`[gateways] policy_ops` and `policy_sizes`: non-empty lists of the split model's operations
-    and of message sizes (bytes, or "100K") within the range it was validated on."""
-    ops = g.table.get("policy_ops", list(DEFAULT_POLICY_OPS))
-    if not isinstance(ops, list) or not ops or any(o not in POLICY_OPS for o in ops):
-        g.fail("policy_ops", f"must be a non-empty list of {', '.join(POLICY_OPS)}, got {ops!r}; "
-                             f'e.g. ["gather"] for a job that gathers')
-    raw = g.table.get("policy_sizes", list(DEFAULT_POLICY_SIZES))
+class BadPolicyJobs(ValueError):
+    """A policy_ops or policy_sizes value the split model cannot weigh; `key` names which."""
+
+    def __init__(self, key: str, why: str):
+        super().__init__(why)
+        self.key = key
+
+
+def policy_jobs(ops: Any, sizes: Any) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The jobs the default split policy weighs: a non-empty list of the split model's operations
+    and one of message sizes (bytes, or "100K") within the range it was validated on; the
+    topology's `[gateways]` keys and `bench ab`'s side keys both read them here."""
+    if not isinstance(ops, (list, tuple)) or not ops or any(o not in POLICY_OPS for o in ops):
+        raise BadPolicyJobs("policy_ops", f"must be a non-empty list of {', '.join(POLICY_OPS)}, got {ops!r}")
     lo, hi = POLICY_SIZE_RANGE
-    fix = f'e.g. ["100K", "1M"]; from {fmt_size(lo)} to {fmt_size(hi)}, the range the split model was validated on'
-    if not isinstance(raw, list) or not raw:
-        g.fail("policy_sizes", f"must be a non-empty list of message sizes, got {raw!r}; {fix}")
-    sizes = []
-    for v in raw:
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise BadPolicyJobs("policy_sizes", f"must be a non-empty list of message sizes, got {sizes!r}")
+    out = []
+    for v in sizes:
         try:
             n = v if isinstance(v, int) and not isinstance(v, bool) else parse_size(v) if isinstance(v, str) else None
         except GridsplitError:
             n = None
         if n is None or not lo <= n <= hi:
-            g.fail("policy_sizes", f"{v!r} is not a message size from {fmt_size(lo)} to {fmt_size(hi)}; {fix}")
-        sizes.append(n)
-    return tuple(dict.fromkeys(ops)), tuple(sorted(set(sizes)))
+            raise BadPolicyJobs("policy_sizes", f"{v!r} is not a message size from {fmt_size(lo)} to {fmt_size(hi)}")
+        out.append(n)
+    return tuple(dict.fromkeys(ops)), tuple(sorted(set(out)))
+
+
+def _policy_jobs(g: _Reader) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """`[gateways] policy_ops` and `policy_sizes` (policy_jobs), with a TOML example in the error."""
+    try:
+        return policy_jobs(g.table.get("policy_ops", list(DEFAULT_POLICY_OPS)),
+                           g.table.get("policy_sizes", list(DEFAULT_POLICY_SIZES)))
+    except BadPolicyJobs as e:
+        lo, hi = (fmt_size(v) for v in POLICY_SIZE_RANGE)
+        example = ('["gather"] for a job that gathers' if e.key == "policy_ops" else
+                   f'["100K", "1M"]; from {lo} to {hi}, the range the split model was validated on')
+        g.fail(e.key, f"{e}; e.g. {example}")
+        raise  # unreachable: fail raises
 
 
 def parse_topology(data: dict[str, Any], src: str) -> Topology:

@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,9 @@ from rich.table import Table
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..lab.mpi import IMPLS
-from ..topology import LAN_PACING, STRATEGIES, WAN_PACING
-from ..topology_file import load_topology
+from ..model.splitadvise import split_policy
+from ..topology import DEFAULT_POLICY_OPS, DEFAULT_POLICY_SIZES, LAN_PACING, STRATEGIES, WAN_PACING, Topology
+from ..topology_file import BadPolicyJobs, load_topology, policy_jobs
 from . import options as O
 from .. import units
 from .report import build_report
@@ -39,8 +40,10 @@ from .sweep import OPS, Point, run_plan
 
 # A side's keys and how each is read: gateway settings (as the sweep's flags take them),
 # the split policy of the ranks, the gridsplitd binary, and a label.
+# policy_ops and policy_sizes ('+'-joined) name the jobs a side's split policy weighs, as the
+# topology's [gateways] keys do; Side.for_topology turns them into the pairs that policy splits.
 KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_pacing", "wan_streams", "split", "encryption",
-        "label")
+        "policy_ops", "policy_sizes", "label")
 CHOICES = {"strategy": STRATEGIES, "congestion": ("cubic", "reno", "bbr"), "lan_tuning": ("on", "off"),
            "lan_pacing": LAN_PACING, "wan_pacing": WAN_PACING, "encryption": ("noise", "insecure")}
 
@@ -60,6 +63,20 @@ class Side:
             d["gridsplitd"] = {"path": self.gridsplitd, "sha256": _digest(self.gridsplitd),
                                "version": _version(self.gridsplitd)}
         return d
+
+    def for_topology(self, topo: Topology) -> "Side":
+        """This side on `topo`: with policy_ops/policy_sizes, `split` becomes the site pairs that the
+        default policy splits for those jobs ("none" if it splits none), and `policy_split` records
+        each pair's reason; otherwise the side unchanged."""
+        s = self.settings
+        if "policy_ops" not in s and "policy_sizes" not in s:
+            return self
+        g = replace(topo.gateways, policy_ops=s.get("policy_ops", topo.gateways.policy_ops),
+                    policy_sizes=s.get("policy_sizes", topo.gateways.policy_sizes))
+        policy = split_policy(replace(topo, gateways=g))
+        spec = "+".join(f"{a}-{b}" for (a, b), (yes, _) in policy.items() if yes) or "none"
+        reasons = {f"{a}-{b}": why for (a, b), (_, why) in policy.items()}
+        return replace(self, settings={**s, "split": spec, "policy_split": reasons})
 
 
 def parse_side(default_label: str, text: str) -> Side:
@@ -88,8 +105,19 @@ def parse_side(default_label: str, text: str) -> Side:
                 settings[key] = O.split_spec(value)
             except ValueError as e:
                 raise GridsplitError(f"--{default_label.lower()}: split: {e}") from None
+            if value != "policy" and ("policy_ops" in items or "policy_sizes" in items):
+                raise GridsplitError(f"--{default_label.lower()}: policy_ops/policy_sizes choose the pairs of split=policy; "
+                                     f"drop split={value} or the policy keys")
         elif key in CHOICES:
             settings[key] = value
+    if "policy_ops" in items or "policy_sizes" in items:
+        try:
+            ops, sizes = policy_jobs(*(items[k].split("+") if k in items else list(d)
+                                       for k, d in (("policy_ops", DEFAULT_POLICY_OPS), ("policy_sizes", DEFAULT_POLICY_SIZES))))
+        except BadPolicyJobs as e:
+            raise GridsplitError(f"--{default_label.lower()}: {e.key}: {e}; join several with '+', "
+                                 f"e.g. policy_ops=gather+halo,policy_sizes=100K+1M") from None
+        settings.update({k: v for k, v in (("policy_ops", ops), ("policy_sizes", sizes)) if k in items})
     binary = items.get("gridsplitd")
     if binary is not None:
         binary = str(Path(binary).expanduser().resolve())
@@ -217,7 +245,9 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     strategy, congestion, lan_tuning (on/off), lan_pacing (auto/on/off: pace the gateways' writes toward each LAN
     host at the nodes' NIC rate), wan_pacing (full/shared/adaptive: the WAN links' rate, docs/design/wan-pacing.md),
     wan_streams (auto/1..16), split (policy, all, none, or site pairs joined
-    by +, e.g. east-west+east-north: those split, the others direct), encryption (noise/insecure) and label.
+    by +, e.g. east-west+east-north: those split, the others direct), policy_ops and policy_sizes (the jobs
+    split=policy weighs, joined by +, e.g. policy_ops=gather,policy_sizes=100K+1M; as the topology's [gateways]
+    keys), encryption (noise/insecure) and label.
     Example: `gridsplit bench ab gather --b gridsplitd=/tmp/old/target/release/gridsplitd`.
     The table gives B/A per point: the median and min-max of the per-round ratios (docs/bench.md).
     """
@@ -226,6 +256,7 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     a, b = parse_sides(side_a, side_b)
     sysdeps.need_root("gridsplit bench ab")
     topo = load_topology(topology, None, scale)
+    a, b = a.for_topology(topo), b.for_topology(topo)
     if out is None:
         out = Path("gridsplit-out/ab") / f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}-{op}-{a.label}-vs-{b.label}.jsonl"
     pts = plan(op, topo.gateways, (a, b), impls, nodes, sizes, rounds, direct)

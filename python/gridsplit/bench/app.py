@@ -273,6 +273,8 @@ def bench_app(apps: list[tuple[App, list[str]]], topology: str, scale: float | N
     else:
         topo = load_topology(topology)
         opened = hosts_grid(inventory, set(modes), con)
+    if sides:
+        sides = (sides[0].for_topology(topo), sides[1].for_topology(topo))
     if "direct" in modes and not topo.routed:
         raise GridsplitError(f"direct mode cannot run on topology {topo.name!r}: its sites are unroutable "
                              "([addressing] routed = false); use --modes split")
@@ -370,7 +372,7 @@ def _interrupt(signum, frame):
                    "p2p_obj, cco_obj, comm, msgzero; all: the whole suite, tens of minutes in the lab).")
 @click.option("--a", "side_a", default=None, metavar="KEY=VALUE,...",
               help="An A/B of two gateway builds or settings instead of one split mode (lab only): side A, with "
-                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, lan_pacing, wan_pacing, wan_streams, split, "
+                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, lan_pacing, wan_pacing, wan_streams, split, policy_ops, policy_sizes, "
                    "encryption, label); each round runs direct, then A and B in alternating order.")
 @click.option("--b", "side_b", default=None, metavar="KEY=VALUE,...", help="Side B of --a's A/B.")
 @click.option("--prepare", is_flag=True, help="Only check and build the presets (e.g. mpi4py per MPI), then exit.")
