@@ -63,9 +63,10 @@ REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-2
 # -holdout7-predictions); no change since the fifth's predictions moves any of its cells. And the
 # joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README). And the
 # eighth, run with adaptive WAN pacing (predictions: results/model/2026-11-27-holdout8-predictions).
+# And the lossy application grid's collectives (predictions: results/model/2026-11-28-lossy-apps-predictions).
 HELD_OUT_DIR = "results/matrix/2026-11-27-holdout7"
 HELD_OUT_DIRS = ("results/matrix/2026-11-27-holdout5", HELD_OUT_DIR, "results/matrix/2026-11-27-joint-check",
-                 "results/matrix/2026-11-27-holdout8")
+                 "results/matrix/2026-11-27-holdout8", "results/matrix/2026-11-28-lossy-apps")
 # The committed measurements this validation reads by default (relative to the repository), and
 # every JSONL of REVEALED_GLOB, REVEALED_DIRS and HELD_OUT_DIRS (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
@@ -87,7 +88,8 @@ DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/app/2026-11-27-three-sites-policy/three-policy-hpcc-openmpi.jsonl",
                  "results/app/2026-11-27-three-sites-pairs/three-pairs-lammps.jsonl",
                  "results/app/2026-11-27-three-sites-pairs/three-pairs-hpcc.jsonl",
-                 "results/app/2026-11-27-three-sites-pairs/three-pairs-hpcc-both.jsonl")
+                 "results/app/2026-11-27-three-sites-pairs/three-pairs-hpcc-both.jsonl",
+                 "results/app/2026-11-28-lossy-wan/lossy-openmpi.jsonl")
 # Gateways whose relayed flows' windows were not what the topology says, by the git of the run
 # (the file's meta row): 1a66518 never grew a flow's window past its initial 64 KiB
 # (results/matrix/2026-11-26-three-sites-alltoall/README.md). The model is given that window.
