@@ -442,7 +442,7 @@ def test_validate_split_on_a_committed_file(tmp_path):
     # (the targets are reported there, measured, not asserted here); the held-out grid's cells are
     # scored apart, and the bands `model advise` ships cover them all.
     full = splitvalidate.validate(splitvalidate.default_files(ROOT), "test", ROOT)
-    committed = json.loads((ROOT / "results/model/2026-11-27-policy-score/validation.json").read_text())
+    committed = json.loads((ROOT / "results/model/2026-11-28-policy-score/validation.json").read_text())
     parts = [p for p in ("overall", "fitted_on", "held_out", "split_runs") if p in committed]
     assert parts == [p for p in ("overall", "fitted_on", "held_out", "split_runs") if p in full]
     for part in parts:
