@@ -94,6 +94,8 @@ def test_a_side_with_policy_jobs_splits_the_pairs_of_that_policy():
     halos = parse_side("B", "policy_ops=halo,policy_sizes=1M").for_topology(topo)
     assert halos.settings["split"] == "none" and "halo" in halos.settings["policy_split"]["bordeaux-sophia"]
     assert gathers.describe()["policy_split"] == gathers.settings["policy_split"]
+    with pytest.raises(GridsplitError, match="splits every pair"):  # `paper` itself says split = "all"
+        parse_side("B", "policy_ops=gather").for_topology(load_topology("paper"))
 
 
 def test_the_same_gateways_on_both_sides_are_refused():

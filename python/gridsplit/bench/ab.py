@@ -71,6 +71,10 @@ class Side:
         s = self.settings
         if "policy_ops" not in s and "policy_sizes" not in s:
             return self
+        if topo.gateways.split == "all":
+            raise GridsplitError(f"side {self.label}: policy_ops/policy_sizes choose the pairs of the default policy, but "
+                                 f"topology {topo.name!r} splits every pair ([gateways] split = \"all\"); give a "
+                                 "topology without that key")
         g = replace(topo.gateways, policy_ops=s.get("policy_ops", topo.gateways.policy_ops),
                     policy_sizes=s.get("policy_sizes", topo.gateways.policy_sizes))
         policy = split_policy(replace(topo, gateways=g))
