@@ -10,7 +10,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from .units import fmt_size, parse_size
 from .errors import GridsplitError
@@ -35,7 +35,7 @@ class _Reader:
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
                 self.fail(key, f"unknown key; {hint}")
 
-    def fail(self, key: str, why: str) -> None:
+    def fail(self, key: str, why: str) -> NoReturn:
         where = f"{self.path}.{key}" if self.path and key else (self.path or key)
         raise GridsplitError(f"{self.src}: {where}: {why}")
 
@@ -282,7 +282,6 @@ def _policy_jobs(g: _Reader) -> tuple[tuple[str, ...], tuple[int, ...]]:
         example = ('["gather"] for a job that gathers' if e.key == "policy_ops" else
                    f'["100K", "1M"]; from {lo} to {hi}, the range the split model was validated on')
         g.fail(e.key, f"{e}; e.g. {example}")
-        raise  # unreachable: fail raises
 
 
 def parse_topology(data: dict[str, Any], src: str) -> Topology:
