@@ -16,8 +16,8 @@
 //! The rate is the link's, so a link striped over K connections paces each at a K-th
 //! of it: the striped driver skips a lane whose socket is full, so K lanes each held to
 //! rate/K carry at most the rate between them (docs/design/wan-pacing.md, "Striped
-//! links"). The fixed `pacing_bps` stays per connection: it smooths each connection's
-//! bursts to the path's slowest NIC, which the sending NIC bounds anyway.
+//! links"). The fixed `pacing_bps` is shared out the same way, once, when the striped
+//! set is built (transfer/striped.rs).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
