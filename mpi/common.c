@@ -27,6 +27,9 @@
 
 static const bench_prog *g_prog;
 static int g_rank, g_size;
+/* Set by --finalize-stagger and --inject-fault (usage() says what they do). */
+static long g_finalize_stagger_ms = 50;
+static int g_inject_fault;
 
 int bench_rank(void) { return g_rank; }
 int bench_size(void) { return g_size; }
@@ -57,6 +60,12 @@ static void usage(FILE *f)
             "      --osu         OSU-Micro-Benchmarks-style columns instead of JSON\n"
             "      --check       fill rank/rep-dependent payloads and verify them;\n"
             "                    exit 1 if any payload is wrong\n"
+            "      --finalize-stagger MS\n"
+            "                    MPICH builds: enter MPI_Finalize in rank order, MS ms\n"
+            "                    apart (default 50; 0: all at once; docs/lab.md)\n"
+            "      --inject-fault\n"
+            "                    test hook: flip one byte of the payload sent at\n"
+            "                    rep 0, so that --check must fail (make test)\n"
             "  -h, --help        this text\n");
 }
 
@@ -179,6 +188,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
             o->osu = 1;
         } else if (strcmp(a, "--check") == 0) {
             o->check = 1;
+        } else if (strcmp(a, "--inject-fault") == 0) {
+            g_inject_fault = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--finalize-stagger", "--finalize-stagger"))) {
+            g_finalize_stagger_ms = parse_int("--finalize-stagger", v, 0);
         } else if ((v = opt_value(argc, argv, &i, "-s", "--size"))) {
             parse_sizes(v, o);
         } else if ((v = opt_value(argc, argv, &i, "-r", "--reps"))) {
@@ -220,12 +233,11 @@ void bench_start(int *argc, char ***argv, const bench_prog *prog, bench_opts *o)
  * PR #6596). It happens with and without gridsplit, more often under load.
  * Entering finalize in rank order, a few ms apart, makes every rank send its own
  * close-flush before it can see a later rank's, which avoids the bad ordering.
- * GRIDSPLIT_FINALIZE_STAGGER_MS overrides the spacing (0 disables it). */
+ * --finalize-stagger sets the spacing (0 disables it). */
 static void finalize_in_rank_order(void)
 {
 #if defined(MPICH_VERSION)
-    const char *env = getenv("GRIDSPLIT_FINALIZE_STAGGER_MS");
-    long ms = env ? strtol(env, NULL, 10) : 50;
+    const long ms = g_finalize_stagger_ms;
     if (ms > 0) {
         MPI_Barrier(MPI_COMM_WORLD);
         struct timespec ts = {.tv_sec = (g_rank * ms) / 1000, .tv_nsec = ((g_rank * ms) % 1000) * 1000000L};
@@ -365,10 +377,9 @@ int pattern_check(const unsigned char *buf, size_t len, int r, long k, size_t of
 void bench_fill_send(unsigned char *buf, size_t len, int r, long k)
 {
     pattern_fill(buf, len, r, k, 0);
-    /* Test hook: lets `make test` prove that --check really detects a
-     * corrupted payload end to end, through the MPI library. */
-    const char *fault = getenv("GRIDSPLIT_MPI_FAULT");
-    if (fault && *fault && k == 0 && len > 0)
+    /* Test hook (--inject-fault): lets `make test` prove that --check really
+     * detects a corrupted payload end to end, through the MPI library. */
+    if (g_inject_fault && k == 0 && len > 0)
         buf[len / 2] ^= 0x5a;
 }
 

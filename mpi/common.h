@@ -97,7 +97,7 @@ void pattern_poison(unsigned char *buf, size_t len, int r, long k, size_t off);
 int pattern_check(const unsigned char *buf, size_t len, int r, long k, size_t off,
                   const char *what);
 
-/* Fill a send buffer for rep k; honours the GRIDSPLIT_MPI_FAULT test hook. */
+/* Fill a send buffer for rep k; honours the --inject-fault test hook. */
 void bench_fill_send(unsigned char *buf, size_t len, int r, long k);
 
 typedef struct {

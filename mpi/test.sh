@@ -16,13 +16,12 @@ T="timeout 120"
 
 ROOTFLAG=()
 [ "$(id -u)" = 0 ] && ROOTFLAG=(--allow-run-as-root)
-launcher() { # impl [fault] -> launch command, one word per line
+launcher() { # impl -> launch command, one word per line
     case $1 in
     mpich) printf '%s\n' mpiexec.mpich -n "$NP" ;; # hydra forwards the environment
     openmpi)
         printf '%s\n' mpirun.openmpi "${ROOTFLAG[@]}" --oversubscribe \
             --mca pml ob1 --mca btl tcp,self,vader -n "$NP"
-        [ "${2:-}" = fault ] && printf '%s\n' -x GRIDSPLIT_MPI_FAULT
         ;;
     esac
     return 0
@@ -85,9 +84,9 @@ run_fault() { # a corrupted payload must give exit 1 and verified:false
     local impl=$1 prog=$2 op=$3
     shift 3
     local name="$impl $op fault-injection" log="$OUT/$impl-$op-fault"
-    mapfile -t L < <(launcher "$impl" fault)
-    GRIDSPLIT_MPI_FAULT=1 $T "${L[@]}" "$BUILD/$impl/$prog" "$@" -s 1K -r $REPS -w $WARMUP \
-        --check >"$log.out" 2>"$log.err"
+    mapfile -t L < <(launcher "$impl")
+    $T "${L[@]}" "$BUILD/$impl/$prog" "$@" -s 1K -r $REPS -w $WARMUP \
+        --check --inject-fault >"$log.out" 2>"$log.err"
     local rc=$?
     if [ $rc -ne 1 ]; then
         ko "$name: exit $rc, want 1" "$log.err"
@@ -177,10 +176,10 @@ for impl in mpich openmpi; do
             ko "$impl collalgo on $np ranks" "$log.err"
         fi
     done
-    mapfile -t L < <(launcher "$impl" fault)
+    mapfile -t L < <(launcher "$impl")
     log="$OUT/$impl-collalgo-fault"
-    GRIDSPLIT_MPI_FAULT=1 $T "${L[@]}" "$BUILD/$impl/collalgo" -o bcast_seg_chain,scatter_binomial,gather_chain \
-        -s 1000 --seg 300 -r 2 --check >"$log.out" 2>"$log.err"
+    $T "${L[@]}" "$BUILD/$impl/collalgo" -o bcast_seg_chain,scatter_binomial,gather_chain \
+        -s 1000 --seg 300 -r 2 --check --inject-fault >"$log.out" 2>"$log.err"
     rc=$?
     if [ $rc = 1 ] && [ "$(grep -c '"verified":false' "$log.out")" = 3 ]; then
         ok "$impl collalgo fault-injection: detected"

@@ -3,8 +3,8 @@
  * a server and the clients that measure a TCP path, whatever relays sit on it.
  *
  *   relaybench server IP PORT [--gso1]
- *   relaybench ping   IP PORT [--bind IP] [--count N] [--warmup N] [--size B] [--gsq1] [--raw]
- *   relaybench stream IP PORT [--bind IP] [--seconds S] [--block B] [--gsq1]
+ *   relaybench ping   IP PORT [--bind IP] [--count N] [--warmup N] [--size B] [--gsq1 IP:PORT] [--raw]
+ *   relaybench stream IP PORT [--bind IP] [--seconds S] [--block B] [--gsq1 IP:PORT]
  *   relaybench relay  IP PORT --to IP:PORT
  *   relaybench erelay IP PORT --to IP:PORT [--spin]
  *
@@ -411,7 +411,8 @@ static _Noreturn void cmd_erelay(const char *ip, int port, const char *to, int s
 
 struct client_opts {
     const char *ip, *bind_ip;
-    int port, gsq1;
+    int port;
+    const char *gsq1; /* --gsq1 IP:PORT: the real destination, asked of the gateway at IP:PORT */
 };
 
 static int client_connect(const struct client_opts *o)
@@ -428,14 +429,13 @@ static int client_connect(const struct client_opts *o)
     }
     nodelay(fd);
     if (o->gsq1) {
-        /* Manual mode: o->ip:port is the site gateway; the real destination comes
-         * from RELAYBENCH_DST=IP:PORT (without libgridsplit.so to do it for us). */
-        const char *d = getenv("RELAYBENCH_DST");
+        /* Manual mode: o->ip:port is the site gateway; the real destination is
+         * --gsq1's IP:PORT (without libgridsplit.so to do it for us). */
         char dip[64];
         int dport;
-        if (!d || sscanf(d, "%63[0-9.]:%d", dip, &dport) != 2) {
-            fprintf(stderr, "relaybench: --gsq1 needs RELAYBENCH_DST=IP:PORT\n");
-            exit(1);
+        if (sscanf(o->gsq1, "%63[0-9.]:%d", dip, &dport) != 2) {
+            fprintf(stderr, "relaybench: --gsq1 needs the real destination as IP:PORT, got '%s'\n", o->gsq1);
+            exit(2);
         }
         struct sockaddr_in real = sockaddr_of(dip, dport);
         if (connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0)
@@ -556,8 +556,8 @@ static _Noreturn void usage(void)
 {
     fprintf(stderr,
             "usage: relaybench server IP PORT [--gso1]\n"
-            "       relaybench ping   IP PORT [--bind IP] [--count N] [--warmup N] [--size B] [--gsq1] [--raw]\n"
-            "       relaybench stream IP PORT [--bind IP] [--seconds S] [--block B] [--gsq1]\n"
+            "       relaybench ping   IP PORT [--bind IP] [--count N] [--warmup N] [--size B] [--gsq1 IP:PORT] [--raw]\n"
+            "       relaybench stream IP PORT [--bind IP] [--seconds S] [--block B] [--gsq1 IP:PORT]\n"
             "       relaybench relay  IP PORT --to IP:PORT\n"
             "       relaybench erelay IP PORT --to IP:PORT [--spin]\n");
     exit(2);
@@ -578,8 +578,6 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--gso1"))
             g_gso1 = 1;
-        else if (!strcmp(a, "--gsq1"))
-            o.gsq1 = 1;
         else if (!strcmp(a, "--raw"))
             raw = 1;
         else if (!strcmp(a, "--spin"))
@@ -588,6 +586,8 @@ int main(int argc, char **argv)
             usage();
         else if (!strcmp(a, "--to"))
             to = v, i++;
+        else if (!strcmp(a, "--gsq1"))
+            o.gsq1 = v, i++;
         else if (!strcmp(a, "--bind"))
             o.bind_ip = v, i++;
         else if (!strcmp(a, "--count"))

@@ -206,18 +206,13 @@ backend out
 def gridsplitd_binary(explicit: Path | None) -> tuple[Path, bool]:
     """The gridsplitd to measure, and whether it was named rather than built here:
     --gridsplitd, else $GRIDSPLITD (the override every gridsplit command honours,
-    sysdeps.BUILT), else cargo's release build of this checkout, in
-    $CARGO_TARGET_DIR when that is set, as cargo itself does."""
+    sysdeps.BUILT), else cargo's release build of this checkout (sysdeps.build_path)."""
     if explicit is not None:
         return explicit, True
-    env = sysdeps.BUILT["gridsplitd"][1]
-    if os.environ.get(env):
-        p = Path(os.environ[env])
-        if not p.is_file():
-            raise BenchError(f"{env}={p} does not exist; unset it or point it at a built gridsplitd")
-        return p, True
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
-    return (target if target.is_absolute() else ROOT / target) / "release/gridsplitd", False
+    named = sysdeps.override("gridsplitd")
+    if named is not None:
+        return named, True
+    return sysdeps.build_path("gridsplitd") or ROOT / "target/release/gridsplitd", False
 
 
 def build(quiet: bool, cargo: bool = True) -> None:
@@ -394,9 +389,9 @@ def start_all(procs: Processes, tmp: Path, bench: Path, gsd: Path, lib: Path, cf
         gs_chain = Chain("gridsplitd", dst_gs, {"LD_PRELOAD": str(lib), "GRIDSPLIT_CONFIG": str(nodes),
                                                 "GRIDSPLIT_SITE": "alpha"}, ["gridsplitd-a", "gridsplitd-b"])
     else:
-        gs_chain = Chain("gridsplitd", [GW_A, str(GS_LAN), "--bind", CLIENT_IP, "--gsq1"],
-                         {"RELAYBENCH_DST": f"{SERVER_IP}:{SERVER_PORT['gridsplitd']}"},
-                         ["gridsplitd-a", "gridsplitd-b"])
+        gs_chain = Chain("gridsplitd", [GW_A, str(GS_LAN), "--bind", CLIENT_IP,
+                                        "--gsq1", f"{SERVER_IP}:{SERVER_PORT['gridsplitd']}"],
+                         {}, ["gridsplitd-a", "gridsplitd-b"])
     chains = [
         Chain("direct", [SERVER_IP, str(SERVER_PORT["direct"]), "--bind", CLIENT_IP], {}, []),
         gs_chain,
