@@ -72,19 +72,32 @@ def row_key(row: dict[str, Any]) -> tuple:
             v.get("ab"), v.get("encryption"), lan_pacing_of(row), v.get("wan_pacing"))
 
 
+# What every point row carries (row_key, summarize).
+POINT_KEYS = ("op", "impl", "nodes", "size_bytes", "repeat", "mode")
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of a result file; a torn last line (killed mid-write) is ignored, anything else is an error."""
     rows = []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise GridsplitError(f"{path}: cannot read it ({e.strerror}); give a `gridsplit bench` result file") from None
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
             if i == len(lines):
                 break
             raise GridsplitError(f"{path}:{i}: not a JSON line; is this a `gridsplit bench` result file?") from None
+        if not isinstance(row, dict):
+            raise GridsplitError(f"{path}:{i}: not a result row (a JSON object); is this a `gridsplit bench` result file?")
+        if row.get("kind") == "point" and (missing := [k for k in POINT_KEYS if k not in row]):
+            raise GridsplitError(f"{path}:{i}: a point row without {', '.join(missing)}; "
+                                 f"is this a `gridsplit bench` result file?")
+        rows.append(row)
     if rows and rows[0].get("schema", "").split("/")[0] != SCHEMA.split("/")[0]:
         raise GridsplitError(f"{path}: schema {rows[0].get('schema')!r} is not {SCHEMA!r}")
     return rows
@@ -139,7 +152,7 @@ def render_summary(summary: list[dict[str, Any]], con: Console, title: str) -> N
         col = "green" if s["ratio"] is not None and s["ratio"] <= 1.0 else "red"
         t.add_row(s["op"], s["impl"], str(s["nodes"]), units.fmt_size(s["size_bytes"]), s["variant"],
                   _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]",
-                  f"{_n(s['wan_retrans_direct'])} → {_n(s['wan_retrans_split'])}", _n(s["wan_rto_split"]),
+                  f"{num(s['wan_retrans_direct'])} → {num(s['wan_retrans_split'])}", num(s["wan_rto_split"]),
                   "-" if s["efficiency_split"] is None else f"{s['efficiency_split']:.2f}")
     con.print(t)
 
@@ -148,5 +161,6 @@ def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f} s"
 
 
-def _n(x: float | None) -> str:
+def num(x: float | None) -> str:
+    """A value for a table cell: "-" when absent."""
     return "-" if x is None else f"{x:g}"

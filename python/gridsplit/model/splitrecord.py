@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import machine
+from ..errors import GridsplitError
 from ..topology import Topology
 from ..topology_file import load_topology
 from . import splitadvise
@@ -83,7 +84,18 @@ def bench_row(path: str, topo: Topology, op: str, m: int, impl: str, run: set[fr
 
 def run_policy_of(predictions: Path, grid: str) -> set[frozenset[str]]:
     """The pairs a recorded predictions file's policy splits on `grid` (its meta row's `policies`)."""
-    meta = json.loads(predictions.read_text().splitlines()[0])
+    hint = "give --run-policy-from a file that `gridsplit model record-predictions` wrote"
+    try:
+        meta = json.loads((predictions.read_text().splitlines() or ["{}"])[0])
+    except OSError as e:
+        raise GridsplitError(f"{predictions}: cannot read it ({e.strerror}); {hint}") from None
+    except ValueError:
+        raise GridsplitError(f"{predictions}: its first line is not JSON; {hint}") from None
+    if not isinstance(meta, dict) or meta.get("kind") != KIND or not isinstance(meta.get("policies"), dict):
+        raise GridsplitError(f"{predictions}: not a predictions file (no {KIND!r} meta row with policies); {hint}")
+    if grid not in meta["policies"]:
+        raise GridsplitError(f"{predictions}: records no policy for grid {grid!r} (it has "
+                             f"{', '.join(sorted(meta['policies'])) or 'none'}); record predictions for that topology")
     return {frozenset(p.split("-", 1)) for p, why in meta["policies"][grid].items() if why.startswith("split")}
 
 

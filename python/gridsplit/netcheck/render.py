@@ -15,6 +15,7 @@ from typing import Any, Callable
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import GridsplitError
 from .tuning import setsockopt_text
 
 STATUS_STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unmeasured": "dim"}
@@ -178,13 +179,20 @@ def read_reference(directory: str) -> dict[str, dict[tuple[str, str], float]]:
         p = Path(directory) / name
         if not p.exists():
             continue
-        rows = [r for r in csv.reader(l for l in p.read_text().splitlines() if not l.startswith("#"))]
+        rows = [r for r in csv.reader(l for l in p.read_text().splitlines() if not l.startswith("#")) if r]
+        if not rows:
+            raise GridsplitError(f"{p}: empty; --reference takes the directory of Guillier et al.'s tables "
+                                 f"(a header row of sites, then one row per destination site)")
         head = rows[0][1:]
         m = {}
-        for r in rows[1:]:
+        for i, r in enumerate(rows[1:], 2):
             for src, v in zip(head, r[1:]):
                 if v.strip():
-                    m[(src, r[0])] = float(v)
+                    try:
+                        m[(src, r[0])] = float(v)
+                    except ValueError:
+                        raise GridsplitError(f"{p}: row {i} ({r[0]}), column {src}: {v!r} is not a number; "
+                                             f"fix the table or leave the cell empty") from None
         out[key] = m
     return out
 
