@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .tcpbound import mathis_mbps
+from .tcpbound import FULL_FRAME, IP_MTU, MSS, mathis_mbps
 from .topology import Topology
 
 # A switched LAN's base round-trip time, for the LAN bandwidth-delay product in
@@ -84,7 +84,7 @@ def lan_port_wire_bytes(topo: Topology, site: str, role: str = "gateway") -> flo
 def lan_port_payload_bytes(topo: Topology, site: str, role: str = "gateway") -> int:
     """`lan_port_wire_bytes` as payload (1448 of every 1514 wire bytes), less one
     frame of slack for the ACKs and probes that share the port."""
-    return int(lan_port_wire_bytes(topo, site, role) * 1448 / 1514) - 1514
+    return int(lan_port_wire_bytes(topo, site, role) * MSS / FULL_FRAME) - FULL_FRAME
 
 
 def lan_window_budget(topo: Topology, site: str) -> int:
@@ -114,7 +114,7 @@ def lan_pacing_rate_bps(topo: Topology, site: str) -> int:
     node, mode = s.host_nic_mbps("node"), topo.gateways.lan_pacing
     if mode == "off" or (mode == "auto" and s.host_nic_mbps("gateway") <= node):
         return 0
-    return round(node * 1e6 * 1500 / 1514)
+    return round(node * 1e6 * IP_MTU / FULL_FRAME)
 
 
 def lan_pacing_burst_bytes(topo: Topology, site: str) -> int:

@@ -18,6 +18,17 @@ from pathlib import Path
 from .errors import GridsplitError
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def sigterm_interrupts() -> None:
+    """Makes SIGTERM raise KeyboardInterrupt, as Ctrl-C does: a benchmark stopped by
+    SIGTERM (e.g. under nohup, where SIGINT is ignored) still stops its MPI jobs and
+    gateways and removes what it set up."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def raise_nofile(n: int) -> None:
     """RLIMIT_NOFILE to n (soft and hard), or as far as the hard limit allows
     without CAP_SYS_RESOURCE. Runs in the child, before exec."""

@@ -36,6 +36,7 @@ TOOLS = {
 BUILT = {
     "gridsplit-wanem": ("target/release/gridsplit-wanem", "GRIDSPLIT_WANEM"),
     "gridsplitd": ("target/release/gridsplitd", "GRIDSPLITD"),
+    "gsload": ("target/release/gsload", "GSLOAD"),
     "libgridsplit.so": ("build/libgridsplit.so", "GRIDSPLIT_LIB"),
 }
 
@@ -60,21 +61,42 @@ def need_root(what: str) -> None:
         raise GridsplitError(f"{what} needs root (it creates network namespaces and qdiscs); run it as root, e.g. `sudo gridsplit ...`")
 
 
+def override(name: str) -> Path | None:
+    """The binary that `name`'s environment variable (BUILT) names, if it is set."""
+    env = BUILT[name][1]
+    if not os.environ.get(env):
+        return None
+    p = Path(os.environ[env])
+    if not p.is_file():
+        raise GridsplitError(f"{env}={p} does not exist; unset it or point it at a built {name}")
+    return p
+
+
+def build_path(name: str) -> Path | None:
+    """Where this checkout's build leaves `name` (cargo's output in $CARGO_TARGET_DIR when that
+    is set, as cargo itself does), whether or not it is built yet; None outside a checkout."""
+    root = repo_root()
+    if root is None:
+        return None
+    rel = BUILT[name][0]
+    if rel.startswith("target/"):
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or "target")
+        return (target if target.is_absolute() else root / target) / rel.removeprefix("target/")
+    return root / rel
+
+
 def built(name: str) -> str:
     """Path of a binary built by this repository, or of the one its variable names."""
-    rel, env = BUILT[name]
-    if os.environ.get(env):
-        p = Path(os.environ[env])
-        if not p.exists():
-            raise GridsplitError(f"{env}={p} does not exist; unset it or point it at a built {name}")
+    p = override(name)
+    if p is not None:
         return str(p)
-    root = repo_root()
-    if root is not None and (root / rel).exists():
-        return str(root / rel)
+    p = build_path(name)
+    if p is not None and p.exists():
+        return str(p)
     found = shutil.which(name)
     if found:
         return found
-    raise GridsplitError(f"{name} is not built; run `make build` in the gridsplit checkout (or set {env})")
+    raise GridsplitError(f"{name} is not built; run `make build` in the gridsplit checkout (or set {BUILT[name][1]})")
 
 
 def mpi_program(impl: str, prog: str) -> str:

@@ -16,9 +16,12 @@ MATHIS_C = math.sqrt(1.5)
 # Bytes on the wire per TCP segment beyond its payload: Ethernet header 14, IPv4 20,
 # TCP 20 + timestamps 12. tbf shapes frames, iperf3 counts payload.
 FRAME_OVERHEAD = 14 + 20 + 20 + 12
-# A full-sized data frame: MSS 1448 (timestamps on) in 1514 bytes at L2, and its payload share.
-FULL_FRAME = 1448 + FRAME_OVERHEAD
-GOODPUT = 1448 / FULL_FRAME
+# The IP MTU of Ethernet, and the MSS under it with TCP timestamps on.
+IP_MTU = 1500
+MSS = IP_MTU - 20 - 20 - 12
+# A full-sized data frame: MSS 1448 in 1514 bytes at L2, and its payload share.
+FULL_FRAME = MSS + FRAME_OVERHEAD
+GOODPUT = MSS / FULL_FRAME
 
 
 def mathis_mbps(mss: int, rtt_ms: float, p: float) -> float:

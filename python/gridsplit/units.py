@@ -1,4 +1,5 @@
-"""Message sizes as the MPI programs spell them (K=1e3, M=1e6, G=1e9; mpi/common.c).
+"""Message sizes as the MPI programs spell them (K=1e3, M=1e6, G=1e9; mpi/common.c), and
+the comma-separated lists of whole numbers that several commands take.
 
 One parser for the CLI and one formatter for tables and plots, so that a size
 typed as 100K is the same number of bytes in Python and in C.
@@ -28,3 +29,15 @@ def fmt_size(n: int) -> str:
         if n >= mult and n % mult == 0:
             return f"{n // mult}{suf}"
     return str(n)
+
+
+def int_list(text: str, what: str, lo: int, example: str) -> list[int]:
+    """Whole numbers separated by commas (10_000 as well as 10000), each at least `lo`, in the
+    order given; else one line naming `what` (the flag) with an example."""
+    try:
+        vals = [int(t.strip().replace("_", "")) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise GridsplitError(f"{what} {text!r}: give whole numbers separated by commas, e.g. {example}") from None
+    if not vals or min(vals) < lo:
+        raise GridsplitError(f"{what} {text!r}: give whole numbers of {lo} or more, e.g. {example}")
+    return vals

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from rich.table import Table
 
 from .. import sysdeps
 from ..errors import GridsplitError
+from ..procs import sigterm_interrupts
 from ..lab.mpi import IMPLS
 from ..model.splitadvise import split_policy
 from ..topology import DEFAULT_POLICY_OPS, DEFAULT_POLICY_SIZES, LAN_PACING, STRATEGIES, WAN_PACING, Topology
@@ -215,10 +215,6 @@ def render(table: list[dict[str, Any]], a: str, b: str, con: Console, title: str
     con.print(t)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 @click.command(name="ab")
 @click.argument("op", type=click.Choice(sorted(OPS)))
 @click.option("--a", "side_a", default="", metavar="KEY=VALUE,...",
@@ -256,7 +252,7 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     The table gives B/A per point: the median and min-max of the per-round ratios (docs/bench.md).
     """
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    signal.signal(signal.SIGTERM, _interrupt)
+    sigterm_interrupts()
     a, b = parse_sides(side_a, side_b)
     sysdeps.need_root("gridsplit bench ab")
     topo = load_topology(topology, None, scale)

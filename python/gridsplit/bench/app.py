@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from rich.console import Console
 
 from .. import machine, sysdeps
 from ..errors import GridsplitError
+from ..procs import sigterm_interrupts
 from ..inventory import Inventory
 from ..lab.mpi import IMPLS, TIMED_OUT
 from ..topology import Host, Topology
@@ -335,10 +335,6 @@ def _row_line(r: dict[str, Any]) -> str:
 
 # -- CLI -----------------------------------------------------------------------------------
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 @click.command(name="app", context_settings={"ignore_unknown_options": True})
 @click.option("--preset", "-p", default=None, metavar="NAME[,NAME]|all",
               help=f"Preset application(s): {', '.join(PRESETS)}, or all (docs/apps.md).")
@@ -396,7 +392,7 @@ def app_cmd(ctx, preset, name, topology, scale, impls, ranks, placement, hosts, 
     JSONL file with a summary table and an HTML report (docs/apps.md).
     """
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    signal.signal(signal.SIGTERM, _interrupt)
+    sigterm_interrupts()
     inventory = O.inventory_for(ctx, hosts) if hosts and hosts.endswith(".toml") else None
     if inventory is None:
         hosts = O.csv(str)(ctx, None, hosts)

@@ -15,7 +15,7 @@ from rich.table import Table
 from ..errors import GridsplitError
 from .appsummary import correctness, summarize_apps
 from . import page
-from .results import read_rows, variant_tag
+from .results import num, read_rows, variant_tag
 
 
 def _variants(summary: list[dict[str, Any]]) -> list[str]:
@@ -38,7 +38,7 @@ def render_app_summary(summary: list[dict[str, Any]], con: Console, title: str) 
         t.add_row(s["app"], s["impl"], *([s["variant"] or "-"] if multi else []),
                   f"{s['ranks']} ({'+'.join(map(str, s['sites'].values()))})",
                   _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]", str(s["rounds"]),
-                  f"{_n(w['direct'])} → {_n(w['split'])}",
+                  f"{num(w['direct'])} → {num(w['split'])}",
                   "-" if s["gw_cpu_pct"] is None else f"{s['gw_cpu_pct']:.0f} %", correctness(s))
     con.print(t)
     con.print(f"[dim]times: the app's own where it reports one ({', '.join(sorted({s['app'] for s in summary if s['time_source'] == 'app'})) or 'none'}), "
@@ -47,10 +47,6 @@ def render_app_summary(summary: list[dict[str, Any]], con: Console, title: str) 
 
 def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f} s"
-
-
-def _n(x: float | None) -> str:
-    return "-" if x is None else f"{x:g}"
 
 
 # -- HTML ---------------------------------------------------------------------------------
@@ -119,7 +115,7 @@ def build_app_report(paths: list[Path], outdir: Path) -> Path:
             s["app"], s["impl"], *([s["variant"] or "-"] if multi else []),
             f"{s['ranks']} ({', '.join(f'{k} {v}' for k, v in s['sites'].items())})",
             _s(s["direct_s"]), _s(s["split_s"]), ratio(s), s["rounds"],
-            f"{_n(s['wan_retrans']['direct'])} → {_n(s['wan_retrans']['split'])}",
+            f"{num(s['wan_retrans']['direct'])} → {num(s['wan_retrans']['split'])}",
             "-" if s["gw_cpu_pct"] is None else f"{s['gw_cpu_pct']:.0f} % of a core", correctness(s))) + "</tr>"
         for s in summary)
     figs = ""
@@ -131,7 +127,7 @@ def build_app_report(paths: list[Path], outdir: Path) -> Path:
             for f, v in s["figures"].items():
                 d, sp = v["direct"], v["split"]
                 r = f"{sp / d:.2f}" if d and sp is not None else "-"
-                figs += f"<tr><td>{e(f)}</td><td>{_n(d)}</td><td>{_n(sp)}</td><td>{r}</td></tr>"
+                figs += f"<tr><td>{e(f)}</td><td>{num(d)}</td><td>{num(sp)}</td><td>{r}</td></tr>"
             figs += "</table>"
         t = s["tests"]
         if t and not t["identical"]:

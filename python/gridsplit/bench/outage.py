@@ -34,19 +34,9 @@ from ..errors import GridsplitError
 from ..lab.names import LabNames
 from ..lab.gateways import gateway_status
 from ..lab.realize import load_state
-from ..units import parse_size
+from ..units import int_list, parse_size
 
 KIND = "gridsplit-bench-outage"
-
-
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        v = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: give whole numbers of seconds separated by commas, e.g. 0,5,30") from None
-    if not v or any(x < 0 for x in v):
-        raise click.BadParameter(f"{text!r}: give {what} of 0 or more seconds, e.g. 0,5,30")
-    return v
 
 
 def _counters(names: LabNames, site: str) -> dict:
@@ -92,7 +82,7 @@ def outage(impl: str, op: str, size: str, pair: str | None, blackouts: str, repe
       gridsplit lab up --topology mini
       gridsplit bench outage --blackouts 0,5,30,90 --repeat 1
     """
-    lengths = _ints(blackouts, "blackout lengths")
+    lengths = int_list(blackouts, "--blackouts", 0, "0,5,30")
     names = LabNames.from_env()
     state = load_state(names)
     topo = state.topo

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import statistics
 import sys
 import time
@@ -37,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import machine, sysdeps
 from ..errors import GridsplitError
+from ..procs import sigterm_interrupts
 from ..inventory import Inventory
 from ..topology import LAN_PACING, STRATEGIES, Host
 from ..topology_file import load_topology
@@ -293,10 +293,6 @@ def _run_all(grid, todo: list[Point], reps: int, budget: float, check: bool, f, 
 
 # -- CLI -------------------------------------------------------------------------------
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def make_command(op: str) -> click.Command:
     defaults = {"pingpong": ("1", "8,1K,10K,100K,1M")}.get(op, ("2,4,8,12,16,20", "1K,10K,100K,500K,1M,2M,10M"))
 
@@ -355,9 +351,8 @@ def make_command(op: str) -> click.Command:
             impls = impls or list(IMPLS)
         else:
             topology = hosts_topology(inventory)
-        # A sweep stopped by SIGTERM (e.g. under nohup, where SIGINT is ignored)
-        # must still stop its MPI job and remove its trace instance.
-        signal.signal(signal.SIGTERM, _interrupt)
+        # A sweep stopped by SIGTERM must still stop its MPI job and remove its trace instance.
+        sigterm_interrupts()
         if out is None:
             out = Path("gridsplit-out/bench") / (f"{time.strftime('%Y-%m-%d')}-{Path(topology).stem}"
                                                  f"{'-hosts' if inventory else ''}-{op}.jsonl")

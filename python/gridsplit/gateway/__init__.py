@@ -20,26 +20,34 @@ from ..errors import GridsplitError
 from ..capacity import (lan_pacing_burst_bytes, lan_pacing_rate_bps, lan_port_wire_bytes, lan_window_budget,
                         gateway_path_mbps, wan_adaptive_pacing, wan_pacing_mbps, wan_streams)
 from ..model.splitadvise import split_policy
+from ..tcpbound import FRAME_OVERHEAD, FULL_FRAME, IP_MTU, MSS
 from ..topology import Topology
 from .nodes import NodeSite, nodes_file
 
 ADMIN = "127.0.0.1:7300"
 
 
+def toml_str(v: object) -> str:
+    """`v` as a TOML basic string. The configs are written line by line, not by a TOML
+    library, because they carry the policy's reasons as comments beside the keys they
+    explain; every string from a user (paths, names) is quoted here."""
+    return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def pacing_bps(path_mbps: float) -> int:
     """A sender pacing rate (IP bytes, what Linux paces) that keeps a path of
     `path_mbps` on the wire (Ethernet framing: 1514 bytes carry 1500) just
     under full: bursts then never pile up in a downstream buffer."""
-    return int(path_mbps * 1e6 * 1500 / 1514 * 0.995)
+    return int(path_mbps * 1e6 * IP_MTU / FULL_FRAME * 0.995)
 
 
 # What a gateway host's TCP needs that no socket option sets (gridsplitd
 # warns at start about each one left at the kernel's default, and shows them in
 # its status): the WAN link keeps its window across pauses, and a paced link
 # with a small window (fresh, or carrying only small messages) is not spaced at
-# a fraction of its cap. Linux paces at ratio x cwnd / srtt below the cap; at the
-# defaults (200 % / 120 %) a 4 x 1 KB gather over a fresh link took 12.9 ms
-# against 11.8 at 1000 % and 11.3 direct (docs/architecture.md, "WAN pacing").
+# a fraction of its cap. Linux paces at ratio x cwnd / srtt below the cap, so at the
+# defaults (200 % / 120 %) a small window's segments are spread over the whole RTT
+# and a small gather over a fresh link waits for them (measured: docs/design/wan-pacing.md).
 # 1000 is the kernel's maximum.
 GATEWAY_HOST_SYSCTLS = {
     "net.ipv4.tcp_slow_start_after_idle": "0",
@@ -74,8 +82,8 @@ def lan_mss(topo: Topology, site: str) -> int:
     s = topo.site(site)
     if not budget or s.nodes < 1:
         return 0
-    seg = min(int((lan_port_wire_bytes(topo, site) - 1514) / s.nodes) - 66, budget // s.nodes)
-    if seg >= 1448 or seg < 536:
+    seg = min(int((lan_port_wire_bytes(topo, site) - FULL_FRAME) / s.nodes) - FRAME_OVERHEAD, budget // s.nodes)
+    if seg >= MSS or seg < 536:
         return 0
     return seg + TCP_TIMESTAMPS
 
@@ -110,11 +118,11 @@ def sites_toml(topo: Topology, policy: bool = True) -> str:
         # One table per gateway host, in the site's order: the order is each
         # gateway's gateway_index (docs/protocol.md §5).
         for ip in s.gateway_addrs:
-            text = (f'[[site]]\nname = "{s.name}"\nsubnet = "{s.subnet}"\n'
+            text = (f'[[site]]\nname = {toml_str(s.name)}\nsubnet = "{s.subnet}"\n'
                     f'gateway_lan = "{ip}:{g.lan_port}"\ngateway_wan = "{ip}:{g.wan_port}"\n')
             if mine:
                 text += "".join(f"# {s.name}-{b}: {why}\n" for b, why in mine)
-                text += f'direct_to = "{" ".join(b for b, _ in mine)}"\n'
+                text += f'direct_to = {toml_str(" ".join(b for b, _ in mine))}\n'
             out.append(text)
     return "\n".join(notes + [""] if notes else []) + "\n".join(out)
 
@@ -164,12 +172,12 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         *(["# Which of this site's [[site]] tables (below, in order) is this gateway.", f"gateway_index = {index}", ""]
           if several else []),
         "[gateway]",
-        f'site = "{site}"',
+        f'site = {toml_str(site)}',
         f'lan_listen = "{ip}:{g.lan_port}"',
         f'wan_listen = "{ip}:{g.wan_port}"',
-        f'admin_listen = "{admin}"',
+        f'admin_listen = {toml_str(admin)}',
         f'strategy = "{g.strategy}"',
-        f'psk_file = "{psk_file}"',
+        f'psk_file = {toml_str(psk_file)}',
         "",
         "[limits]",
         f"per_flow_buffer = {g.per_flow_buffer}",
@@ -225,7 +233,7 @@ def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,
         else:
             loss = m.get("loss", w.loss) if m is not None else w.loss
             streams, why = wan_streams(fig["bandwidth_bps"] / 1e6, fig["rtt_ms"], loss)
-        lines += ["[[link]]", f'peer = "{peer}"', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}",
+        lines += ["[[link]]", f'peer = {toml_str(peer)}', f"bandwidth_bps = {fig['bandwidth_bps']}", f"rtt_ms = {fig['rtt_ms']:g}",
                   f"pacing_bps = {fig['pacing_bps']}", f"# streams: {why}", f"streams = {streams}"]
         adaptive = wan_adaptive_pacing(topo, peer)
         if adaptive:

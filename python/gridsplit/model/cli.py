@@ -20,7 +20,7 @@ import click
 from rich.table import Table
 
 from .. import machine
-from ..units import fmt_size, parse_size
+from ..units import fmt_size, int_list, parse_size
 from ..console import emit_json, out
 from ..errors import GridsplitError
 from ..lab.names import LabNames
@@ -52,16 +52,6 @@ def _sizes(text: str) -> list[int]:
     if not sizes or any(s < 1 for s in sizes):
         raise GridsplitError(f"--sizes {text!r}: give positive sizes, comma-separated, e.g. 1K,64K,1M")
     return sorted(set(sizes))
-
-
-def _ints(text: str, what: str, lo: int) -> list[int]:
-    try:
-        vals = sorted({int(t) for t in text.split(",") if t.strip()})
-    except ValueError:
-        raise GridsplitError(f"{what} {text!r}: give integers, comma-separated, e.g. 2,3,4") from None
-    if not vals or vals[0] < lo:
-        raise GridsplitError(f"{what} {text!r}: values must be >= {lo}")
-    return vals
 
 
 def _params(path: str | None):
@@ -213,8 +203,8 @@ def validate(impl, params, do_measure, procs, sizes, repeat, reps, grid_nodes, m
         ps = ParamSet.load(params)
         ps.meta["source"] = params
     bench = [Path(b) for b in bench_files] or _default_bench()
-    result = validation.validate(state, ps, impl, _ints(procs, "--procs", 2) if procs.strip() else [], _sizes(sizes), repeat, reps,
-                 _ints(grid_nodes, "--grid-nodes", 1) if grid_nodes.strip() else [], mode_list, bench, _command(), progress)
+    result = validation.validate(state, ps, impl, sorted(set(int_list(procs, "--procs", 2, "2,3,4"))) if procs.strip() else [], _sizes(sizes), repeat, reps,
+                 sorted(set(int_list(grid_nodes, "--grid-nodes", 1, "2,4,8"))) if grid_nodes.strip() else [], mode_list, bench, _command(), progress)
     _write_validation(result, outdir, con)
 
 

@@ -9,9 +9,8 @@ import math
 from dataclasses import dataclass
 
 from ..tcpbound import FRAME_OVERHEAD as HEADERS, GOODPUT
-from ..tcpbound import mathis_mbps
+from ..tcpbound import MSS, mathis_mbps
 
-MSS = 1448
 IW = 10 * MSS                    # Linux's initial window, RFC 6928
 BETA = 0.7                       # CUBIC's multiplicative decrease
 DUPACK_WINDOW = 4 * MSS          # a lost segment needs three behind it for fast retransmit
@@ -191,11 +190,11 @@ def lan_frame_efficiency(budget: int, flows: int) -> float:
 # -- issue 22's terms: many flows on one gateway port, and both directions through one NIC --------
 
 # Loss episodes at a node's port fed by a faster gateway: Reno's sawtooth predicts one per
-# (1 - BETA) buffer^2 / (flows x MSS) bytes; KAPPA scales it to what the held-out grid measured
-# (results/matrix/2026-11-26-holdout, split gathers: 15 fast recoveries per MB at the root's port,
-# 2-3.4 ms each; fitted on its four 100 KB and 1 MB gathers, docs/model.md §5.1 (e)): 0.40-0.46
-# with Open MPI's yielding root, 0.7-1.0 with MPICH's busy-polling one, whose ACKs leave in
-# batches (the `bursty` of port_window), so twice for it.
+# (1 - BETA) buffer^2 / (flows x MSS) bytes; KAPPA scales it to the fast recoveries per MB the
+# held-out grid's split gathers showed at the root's port (results/matrix/2026-11-26-holdout;
+# fitted on its 100 KB and 1 MB gathers, docs/model.md §5.1 (e)) with Open MPI's yielding root;
+# MPICH's busy-polling root, whose ACKs leave in batches (the `bursty` of port_window), fitted
+# about twice as high, so twice for it.
 FED_PORT_KAPPA = 0.45
 
 
