@@ -27,10 +27,10 @@ int gs_handshake_timeout_ms = 130000;
 /* LAN timers for relayed connections, whose every segment stays on the site's
  * LAN: with GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs
  * 8 ms instead of Linux's 200 ms minimum RTO (GRIDSPLIT_LAN_DELACK_MAX_US keeps
- * delayed ACKs under it). Off by default: measured on the paper grid with 12-20
- * senders converging on the gateway, an 8 ms RTO under persistent congestion
- * fired 4-5x as often and each timeout's go-back-N made the congestion worse
- * (split gather efficiency 0.76 -> 0.33); see docs/bench.md. */
+ * delayed ACKs under it). Off by default: under persistent congestion (many
+ * senders converging on the gateway) a short RTO fires far more often and each
+ * timeout's go-back-N makes the congestion worse (measured:
+ * docs/design/lan-legs.md). */
 static int gs_lan_rto_min_us = 0;
 static int gs_lan_delack_max_us = 0;
 

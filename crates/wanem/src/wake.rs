@@ -1,8 +1,9 @@
 //! Being on time although the kernel wakes us late.
 //!
-//! A thread sleeping until T runs again some time after T: on the lab's VMs we
-//! measured ~65 µs at the median and ~170 µs at p99, even with 1 ns timer slack
-//! and SCHED_FIFO (the host has to schedule the vCPU first). Sleeping until the
+//! A thread sleeping until T runs again some time after T: on the lab's VMs tens
+//! of µs late at the median and more in the tail, even with 1 ns timer slack and
+//! SCHED_FIFO, because the host has to schedule the vCPU first
+//! (docs/design/delay-line-and-fidelity.md). Sleeping until the
 //! due time would make every release that late. Instead we sleep until
 //! `due - margin` and spin for the rest, where the margin follows the 90th
 //! percentile of the wake-up delays we observe.

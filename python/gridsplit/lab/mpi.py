@@ -127,8 +127,8 @@ def command(state: LabState, impl: str, n: int, hosts: list[Host], prog: list[st
 # bench, model and `lab mpirun` alike. On this
 # 2-vCPU machine every Open MPI rank busy-polls unless told to yield, and a rank
 # waiting for a message takes the CPU its peer, the gateways and the delay line
-# need: measured in the lab (paper, LAN pair, 1-byte ping-pong), median half
-# round trip 1.39 ms without yielding, 12.7 us with it. MPICH's UCX has no
+# need, and a small message's round trip grows by orders of magnitude (measured:
+# docs/lab.md, "Running MPI in the lab"). MPICH's UCX has no
 # equivalent setting; its runs keep polling (the result files record this).
 RANK_ENV = {"openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}, "mpich": {}}
 

@@ -74,9 +74,9 @@ BURST_MS = {"nic": 2.1, "switch": 0.25, "wan": 2.1}
 # traffic at the rate, and at least PEAK_MTU bytes: above one 1514-byte frame
 # (tc rounds it down to its rate-table cells, and a frame larger than the bucket
 # would be dropped), below two. At 100 Mb/s that is one frame; at 1 Gb/s four,
-# because a tbf timer per frame (83 000 a second per busy host) cost the whole
-# machine a third of a 1 Gb/s flow (netcheck's wizard test: 167 against 240+
-# Mb/s), while a 50 us burst is below anything a gather or a model resolves.
+# because a tbf timer per frame (one per 12 µs per busy host) costs the whole
+# machine a good part of a 1 Gb/s flow (docs/design/delay-line-and-fidelity.md),
+# while a 50 us burst is below anything a gather or a model resolves.
 NIC_PEAK = 1.1
 PEAK_MTU = 2000
 PEAK_US = 50

@@ -33,7 +33,7 @@ SUMMARY_VERSION = 2
 # `policy_sizes` (GatewaySettings.policy_jobs): a pair is split only where the model predicts a
 # gain for one of them and no loss beyond TOLERANCE for any. Unset, the job is unknown: gather,
 # all-to-all and halo (for applications such as LAMMPS) at 10 KB, 100 KB and 1 MB; 100 KB is
-# where split's gains on incast and slow start are largest (paper v8: 0.43-0.68), which 10 KB
+# where split's gains on incast and slow start are largest (results/bench/2026-11-23-paper-gather-v8.md), which 10 KB
 # and 1 MB alone miss once a fast gateway's port costs the 1 MB gather (docs/model.md §5.6).
 # How to measure what a grid parameter out of the validated range leaves unknown.
 MEASURE = {"rtt_ms": "`gridsplit netcheck` measures the RTTs", "loss": "`gridsplit netcheck` measures the loss (retransmissions)",

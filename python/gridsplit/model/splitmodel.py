@@ -324,8 +324,8 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
     # draining into the receiver's port (two flows at its rate), so the port queues all of it.
     # All at once, the flights of every rank of the sender's site (one distance) meet there:
     # fan_in = n + 1 flows at their NICs' rate, counted as (n + 1)/2 flights (n = 1: the pairwise
-    # case). Counting n flights scored the same (median error of the relayed runs 0.090 against
-    # 0.088, 2026-11-27) and was left out so that the predictions registered for holdout4 stand.
+    # case). Counting n flights scored the same (2026-11-27, docs/model.md §5.5) and was left out
+    # so that the predictions registered for holdout4 stand.
     port = Bps(b.nic_mbps)
     lost = burst_rounds(fan_in / 2 * min(w0, volume), b.switch_buffer_bytes, port, fan_in * port)
     if not lost:

@@ -42,13 +42,13 @@ REVEALED = ("results/matrix/2026-11-26-holdout/gather.jsonl", "results/matrix/20
 # fitted on it and on the grids above, so its files are fitted files too.
 REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # The third held-out grid (predictions: results/model/2026-11-27-holdout3-predictions) and the same
-# grid under the default policy, scored held out at the time (44/54 right, median error 0.111);
+# grid under the default policy, scored held out at the time (results/model/2026-11-27-holdout3-score);
 # revealed since: term (h) (docs/model.md §5.1) was derived from the halo diagnosis on this grid,
 # and Open MPI's all-to-all algorithm (§5.2) added after these scores were seen. The fourth
-# (results/model/2026-11-27-holdout4-score: 14/18, 0.225), revealed since (h)'s flight was bounded
+# (results/model/2026-11-27-holdout4-score), revealed since (h)'s flight was bounded
 # by the link's window after its 1 MB exchanges were seen. The sixth
-# (results/model/2026-11-27-holdout6-score: 12/18, 0.269 as predicted; 14/18 without the term (i)
-# its runs refuted), revealed since the eager all-to-all's incast was corrected on its runs.
+# (results/model/2026-11-27-holdout6-score, as predicted and without the term (i) its runs
+# refuted), revealed since the eager all-to-all's incast was corrected on its runs.
 # The adaptive-pacing A/Bs (full against adaptive WAN pacing, both against direct), revealed: (h)'s
 # adaptive remainder was written after they were seen; and ev4 under the policies the model writes
 # for either pacing (a revealed grid, run after the eighth). And ev4 and the eighth again with adaptive

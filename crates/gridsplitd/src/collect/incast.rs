@@ -212,8 +212,8 @@ fn divide_budget(budget: usize, ceiling: usize, sub_segment: bool, flows: &[Flow
         // ones for good; then it is wide and back to its share. One flow at a
         // time: windows are offered in whole units (1448 as 1536) that the
         // senders fill with short segments, whose headers the budget does not
-        // count, and four at a time on the paper grid (12 senders) lost
-        // segments and slowed 10K gathers by 15 %.
+        // count, so widening several at once overflows the port (measured:
+        // docs/design/incast-windows.md, "widen" against "widen1").
         let slack = budget - shares.iter().sum::<usize>();
         if let Some((f, share)) = flows.iter().zip(shares.iter_mut()).find(|(f, share)| {
             !f.young && f.widest < 2 * f.mss && **share < 2 * f.mss && slack >= 2 * f.mss - **share
