@@ -7,8 +7,10 @@
 //! The layers follow NewMadeleine's: `collect` takes data from LAN connections,
 //! `schedule` decides what goes out next on a link, `transfer` drives the WAN
 //! transport, and `link` ties them together for one peer as a resumable session.
-//! Dependencies run one way: collect → link → flow, schedule, transfer → wire.
-//! `wire`, `lanproto` and `auth` are the formats; `tune` and `metrics` the knobs
+//! Dependencies run one way: collect → link → flow → schedule, transfer → sockio,
+//! wire (docs/architecture.md).
+//! `wire`, `lanproto` and `auth` are the formats; `sockio` the plain socket I/O
+//! under both the LAN legs and the WAN driver; `tune` and `metrics` the knobs
 //! and the gauges; `admin` the status endpoint; `accept` the listeners' loop.
 //!
 //! This file assembles a running gateway from a config, for main.rs and for the
@@ -27,6 +29,7 @@ pub mod lanproto;
 pub mod link;
 pub mod metrics;
 pub mod schedule;
+pub mod sockio;
 pub mod transfer;
 pub mod tune;
 pub mod wire;

@@ -124,6 +124,8 @@ fn raise_nofile() -> (u64, u64) {
             }
         }
     }
+    // rlim_t is u64 on Linux/glibc but not on every target.
+    #[allow(clippy::unnecessary_cast)]
     (r.rlim_cur as u64, r.rlim_max as u64)
 }
 

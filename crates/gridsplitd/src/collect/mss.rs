@@ -86,7 +86,7 @@ fn interface_mtu(ip: IpAddr) -> Option<u32> {
         let rc = libc::ioctl(fd, libc::SIOCGIFMTU as _, &mut req);
         libc::close(fd);
         (rc == 0)
-            .then(|| req.ifr_ifru.ifru_mtu)
+            .then_some(req.ifr_ifru.ifru_mtu)
             .filter(|&m| m > 0)
             .map(|m| m as u32)
     }

@@ -15,7 +15,7 @@ use tokio_util::sync::WaitForCancellationFuture;
 
 use super::{Carrier, Flow, CHUNK_MAX, FAST_MAX, MAX_IOV};
 use crate::schedule::{Chunk, Lease, Release};
-use crate::transfer::tcp::{try_read_drain, write_all_segments};
+use crate::sockio::{try_read_drain, write_all_segments};
 use crate::wire::{data_prefix, Frame, ResetReason, DATA_PREFIX};
 
 /// How one direction of a relay ended.

@@ -79,7 +79,7 @@ pub(super) async fn run(link: Arc<Link>, port: u64, floor: u64, cap: u64) {
         else {
             continue;
         };
-        let stale = applied.map_or(true, |(g, bps)| {
+        let stale = applied.is_none_or(|(g, bps)| {
             g != gen || (target as f64 - bps as f64).abs() > HYSTERESIS * bps as f64
         });
         if stale {

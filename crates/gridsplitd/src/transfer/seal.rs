@@ -100,7 +100,7 @@ pub struct LaneKeys {
 
 impl LaneKeys {
     /// The connection's sealing and opening halves.
-    pub fn new(state: StatelessTransportState) -> (SealTx, OpenRx) {
+    pub fn halves(state: StatelessTransportState) -> (SealTx, OpenRx) {
         Self::with_rekey(state, REKEY_EVERY)
     }
 
@@ -154,7 +154,7 @@ impl SealTx {
     /// Message `nonce` went (at least in part) on the wire.
     fn commit(&mut self) {
         self.nonce += 1;
-        if self.nonce % self.rekey_every == 0 {
+        if self.nonce.is_multiple_of(self.rekey_every) {
             self.keys.state.write().unwrap().rekey_outgoing();
         }
     }
@@ -210,7 +210,7 @@ impl SealTx {
             total += plain.len();
             msgs.push((self.out.len(), plain.len()));
             nonce += 1;
-            if nonce % self.rekey_every == 0 {
+            if nonce.is_multiple_of(self.rekey_every) {
                 break;
             }
         }
@@ -244,7 +244,7 @@ fn consume(segs: &mut Vec<Bytes>, mut n: usize) -> io::Result<()> {
 /// Writes what the socket takes now of `segs`, sealed, removing the plaintext
 /// of every message written whole. Ok(true) once `segs` is empty and nothing is
 /// pending; Ok(false) when the socket is full. Same contract as
-/// `tcp::try_write_segments`, on which the caller's rule (resend the unsent
+/// `sockio::try_write_segments`, on which the caller's rule (resend the unsent
 /// rest first) is what keeps a pending message's plaintext in place.
 pub fn try_write_sealed(
     stream: &TcpStream,
@@ -342,7 +342,7 @@ impl OpenRx {
             }
             self.cbuf.advance(LEN + n);
             self.nonce += 1;
-            if self.nonce % self.rekey_every == 0 {
+            if self.nonce.is_multiple_of(self.rekey_every) {
                 self.keys.state.write().unwrap().rekey_incoming();
             }
         }
@@ -400,7 +400,7 @@ pub async fn handshake(
         msg[..LEN].copy_from_slice(&(n as u16).to_be_bytes());
         write_all(stream, &msg[..LEN + n]).await.map_err(io)?;
     }
-    let (tx, mut rx) = LaneKeys::new(state.into_stateless_transport_mode().map_err(hs)?);
+    let (tx, mut rx) = LaneKeys::halves(state.into_stateless_transport_mode().map_err(hs)?);
     rx.cbuf = std::mem::take(rbuf);
     Ok((tx, rx))
 }
@@ -434,7 +434,7 @@ async fn read_msg(stream: &TcpStream, rbuf: &mut BytesMut) -> io::Result<Bytes> 
             }
         }
         rbuf.reserve(4096);
-        match super::tcp::try_read_drain(stream, rbuf) {
+        match crate::sockio::try_read_drain(stream, rbuf) {
             Ok(0) => {
                 return Err(io::Error::other(
                     "connection closed during the Noise handshake",

@@ -5,12 +5,11 @@ use super::*;
 
 const PSK: &[u8] = b"0123456789abcdef0123";
 
+/// One end's sealing and opening halves.
+type Ends = (SealTx, OpenRx);
+
 /// Both ends' states after an in-memory handshake.
-fn pair(
-    psk_a: &[u8],
-    psk_b: &[u8],
-    rekey: u64,
-) -> Result<((SealTx, OpenRx), (SealTx, OpenRx)), snow::Error> {
+fn pair(psk_a: &[u8], psk_b: &[u8], rekey: u64) -> Result<(Ends, Ends), snow::Error> {
     let (ka, kb) = (noise_psk(psk_a), noise_psk(psk_b));
     let pro = prologue("a", "b", &[1; 32], &[2; 32]);
     let mut i = snow::Builder::new(NOISE_PARAMS.parse()?)
@@ -156,7 +155,7 @@ async fn partial_writes_keep_the_stream_exact() {
         while plain.len() < want.len() {
             b.readable().await.unwrap();
             rx.cbuf.reserve(65536);
-            match super::super::tcp::try_read_drain(&b, &mut rx.cbuf) {
+            match crate::sockio::try_read_drain(&b, &mut rx.cbuf) {
                 Ok(0) => panic!("closed"),
                 Ok(_) => rx.open_all(&mut plain).unwrap(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
