@@ -345,6 +345,8 @@ def test_report_lists_runs_that_failed(tmp_path):
     ("", "no measured points"),
     ('{"kind":"point"\n{"x":1}\n', "not a JSON line"),
     ('{"kind":"meta","schema":"other/1"}\n', "schema"),
+    ('[1, 2]\n', "not a result row"),
+    ('{"schema":"gridsplit.bench/1","kind":"point"}\n', "a point row without op"),
 ])
 def test_report_rejects_bad_files_in_one_line(tmp_path, content, msg):
     f = tmp_path / "bad.jsonl"

@@ -137,11 +137,14 @@ def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple
     if not argv:
         raise GridsplitError("no command given; usage: gridsplit run --config FILE -- mpiexec ...")
     libpath = os.path.abspath(lib or sysdeps.built("libgridsplit.so"))
+    if not os.path.isfile(libpath):
+        # ld.so would only warn, per process, and run every rank unsplit.
+        raise GridsplitError(f"--lib {libpath}: no such file; give the libgridsplit.so that `make build` leaves in build/")
     cfg = os.path.abspath(config_path)
     check_nodes_file(cfg)
     env = {"LD_PRELOAD": libpath, "GRIDSPLIT_CONFIG": cfg, "GRIDSPLIT_SPLIT": split}
     argv, environ, who = split_command(argv, env, dict(os.environ))
-    click.echo(f"gridsplit run: {who} get LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={split}",
+    click.echo(f"gridsplit run: {who} {'gets' if who == 'command' else 'get'} LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={split}",
                err=True)
     if dry_run:
         extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " if who == "command" else ""

@@ -462,6 +462,8 @@ def load_topology(spec: str, nodes: int | None = None, scale: float | None = Non
 
     `scale` replaces the file's own `scale` (rates divided by it, delays kept).
     """
+    if not spec.strip():
+        raise GridsplitError(f"no topology given: name a preset ({', '.join(PRESETS)}) or a topology file")
     if spec in PRESETS:
         text = resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
         src = f"preset {spec}"

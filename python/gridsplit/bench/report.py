@@ -517,12 +517,14 @@ it with a full segment and an 88-byte one, and a window under one segment with t
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for index.html and the PNGs (default: beside the first file, without .jsonl).")
+              help="Directory for index.html and the PNGs [gridsplit-out/report/NAME, NAME: the first file's, "
+                   "without .jsonl].")
 def report(results: tuple[Path, ...], out: Path | None) -> None:
     """Build an HTML report with PNG plots from `gridsplit bench` result files (JSONL)."""
     paths = list(results)
     # `bench app` files have their own page, and so have the sweeps of several grids (matrix.py).
     build = (build_app_report if holds_app_runs(paths)
              else build_matrix_report if grid_count(paths) > 1 else build_report)
-    path = build(paths, out or paths[0].with_suffix(""))
+    # Not beside the file by default: committed results would gain generated pages.
+    path = build(paths, out or Path("gridsplit-out/report") / paths[0].stem)
     click.echo(f"report: {path}")

@@ -99,7 +99,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                                  f"is this a `gridsplit bench` result file?")
         rows.append(row)
     if rows and rows[0].get("schema", "").split("/")[0] != SCHEMA.split("/")[0]:
-        raise GridsplitError(f"{path}: schema {rows[0].get('schema')!r} is not {SCHEMA!r}")
+        raise GridsplitError(f"{path}: schema {rows[0].get('schema')!r} is not {SCHEMA!r}: not the result file of a "
+                             f"bench sweep, ab or app run (bench outage, scale and relay write their own reports)")
     return rows
 
 

@@ -346,6 +346,9 @@ def make_command(op: str) -> click.Command:
     def cmd(ctx, topology, scale, nodes, sizes, reps, budget, modes, impls, repeat, strategies, ccs, lans, pacings,
             streams, splits, rank_env, check, out, make_report, hosts_file):
         con = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        if OPS[op].pair and nodes != [1]:
+            raise GridsplitError(f"--nodes {','.join('all' if n == ALL_NODES else str(n) for n in nodes)}: {op} runs between one node of each of two "
+                                 f"sites, so it takes no node count; leave --nodes out")
         inventory = O.inventory_for(ctx, hosts_file)
         if inventory is None:
             impls = impls or list(IMPLS)

@@ -25,11 +25,18 @@ from ..netcheck.tuning import gateway_links
 from ..topology_file import load_topology
 
 from . import ADMIN, fetch_status, gateway_toml, new_psk, nodes_conf
+from .nodes import is_host_port
 
 
 @click.group()
 def gateway() -> None:
     """Site gateways (gridsplitd): generate configs, read status."""
+
+
+def check_endpoint(flag: str, value: str) -> None:
+    """IP:PORT (or [v6]:PORT), as gridsplitd's config requires, else one line naming the flag."""
+    if not is_host_port(value):
+        raise GridsplitError(f"{flag} {value!r}: give an IP:PORT address, e.g. {ADMIN}")
 
 
 @gateway.command("config")
@@ -50,6 +57,20 @@ def config(topology: str, site: str, gw: int, psk_file: str, admin: str, netchec
     """Print the gridsplitd config of SITE's gateway (nodes read `gateway nodes-config`'s file instead)."""
     topo = load_topology(topology)
     topo.site(site)
+    if not psk_file.strip():
+        raise GridsplitError("--psk-file is empty: give the path of the WAN key file (the same key on every gateway)")
+    check_endpoint("--admin", admin)
+    if not any(topo.site(w.peer(site)).gateway for w in topo.wans if site in (w.a, w.b)):
+        raise GridsplitError(f"site {site!r} has no WAN link to another site with a gateway in topology {topo.name!r}: "
+                             f"its gateway would relay nothing; add the other sites and their [[wan]] links")
+    measured = None
+    if netcheck_file:
+        measured = gateway_links(load_report(netcheck_file), site)
+        if not measured:
+            raise GridsplitError(f"{netcheck_file}: no measured pair involves site {site!r}; "
+                                 f"run `gridsplit netcheck` on pairs with {site} first")
+    # The whole config first, so that a bad option leaves no key file behind.
+    text = gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or "", index=gw - 1)
     if new_key:
         p = Path(psk_file)
         if p.exists():
@@ -59,21 +80,14 @@ def config(topology: str, site: str, gw: int, psk_file: str, admin: str, netchec
             raise GridsplitError(f"{p.parent} is not a directory: create it (mkdir -p {p.parent}) or pass --psk-file")
         new_psk(p)
         click.echo(f"wrote a new WAN key to {psk_file} (mode 600): copy it to every other gateway", err=True)
-    measured = None
-    if netcheck_file:
-        topo.site(site)
-        measured = gateway_links(load_report(netcheck_file), site)
-        if not measured:
-            raise GridsplitError(f"{netcheck_file}: no measured pair involves site {site!r}; "
-                                 f"run `gridsplit netcheck` on pairs with {site} first")
-    click.echo(gateway_toml(topo, site, psk_file, admin, measured, netcheck_file or "", index=gw - 1), nl=False)
+    click.echo(text, nl=False)
 
 
 @gateway.command("new-key")
 @click.option("--psk-file", required=True, help="The key file to replace (written to a temporary file, then renamed).")
 def new_key(psk_file: str) -> None:
-    """Rotate the WAN key: write a fresh key to PSK_FILE, then copy it to the other gateways and send each
-    gridsplitd SIGHUP (docs/deployment.md, "Keys"). Links that are up keep their flows."""
+    """Rotate the WAN key: write a fresh key to PSK_FILE. Then copy it to the other gateways yourself
+    and send each gridsplitd SIGHUP (docs/deployment.md, "Keys"); links that are up keep their flows."""
     p = Path(psk_file)
     if not p.parent.is_dir():
         raise GridsplitError(f"{p.parent} is not a directory: create it or pass another --psk-file")
@@ -87,7 +101,11 @@ def new_key(psk_file: str) -> None:
 def nodes_config(topology: str) -> None:
     """Print the node file: every site's subnet and gateway, and the split policy, for libgridsplit.so
     (GRIDSPLIT_CONFIG; `gridsplit run --config`). The same file serves every node of every site."""
-    click.echo(nodes_conf(load_topology(topology)), nl=False)
+    topo = load_topology(topology)
+    if sum(1 for s in topo.sites if s.gateway) < 2:
+        raise GridsplitError(f"topology {topo.name!r} has fewer than two sites with a gateway: no connection "
+                             f"would be split; add the other sites (with gateway = true)")
+    click.echo(nodes_conf(topo), nl=False)
 
 
 @gateway.command()

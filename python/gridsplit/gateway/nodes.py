@@ -13,6 +13,8 @@ where TOML needed a hand-written parser (preload/nodefile.c says why).
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass, field
 
 from ..errors import GridsplitError
@@ -47,23 +49,84 @@ def nodes_file(sites: list[NodeSite], notes: tuple[str, ...] | list[str] = (), s
     return "\n".join(lines) + "\n"
 
 
+SITE_LINE = "site NAME SUBNET GATEWAY_LAN [direct_to=SITE,...]"
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_host_port(v: str) -> bool:
+    """ADDRESS:PORT or [v6]:PORT, as the library's gs_parse_hostport and gridsplitd's config take it."""
+    host, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return False
+    try:
+        ipaddress.ip_address(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+    except ValueError:
+        return False
+    return True
+
+
+def _site_line_error(words: list[str], sites_seen: int) -> str | None:
+    """What is wrong with one line after the header (the library's rules, preload/nodefile.c), or None."""
+    if words[0] == "routed":
+        if len(words) != 2 or words[1] not in ("yes", "no"):
+            return 'expected "routed yes" or "routed no"'
+        return '"routed" comes before the site lines' if sites_seen else None
+    if words[0] != "site":
+        return f"unknown entry {words[0]!r}; expected: {SITE_LINE}"
+    if len(words) < 4:
+        return f"a site line needs a name, a subnet and a gateway: {SITE_LINE}"
+    if not _NAME.fullmatch(words[1]):
+        return f"site name {words[1]!r} is not 1-64 characters of [A-Za-z0-9_-]"
+    try:
+        ipaddress.ip_network(words[2], strict=False)
+        if "/" not in words[2]:
+            raise ValueError
+    except ValueError:
+        return f"subnet {words[2]!r} is not a CIDR prefix"
+    if not is_host_port(words[3]):
+        return f"gateway_lan {words[3]!r} is not ADDRESS:PORT"
+    if len(words) > 4 and not words[4].startswith("direct_to="):
+        return f"unexpected {words[4]!r} after the gateway: {SITE_LINE}"
+    if len(words) > 5:
+        return f"unexpected {words[5]!r} after direct_to: {SITE_LINE}"
+    if len(words) == 5 and words[4] == "direct_to=":
+        return "direct_to= names no site (leave it out instead)"
+    return None
+
+
 def check_nodes_file(path: str) -> None:
-    """Refuse, in one line, a file that is not a node file (a gateway's TOML config
-    above all), before a job's ranks each log it and run unsplit. The library
-    checks the rest of the file itself."""
+    """Refuse, in one line, a file that is not a valid node file (a gateway's TOML config
+    above all), before a job's ranks each log it and run unsplit: the same rules the
+    library applies when it loads it (preload/nodefile.c)."""
+    fix = f"give --config the node file written by `{WRITER} --topology ...`"
+    header, sites, directs = False, [], []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f, 1):
                 words = line.split()
                 if not words or words[0].startswith("#"):
                     continue
-                if " ".join(words) == HEADER:
-                    return
-                what = ("a TOML file (a gateway's config?)" if words[0].startswith("[") or "=" in line
-                        else f"not a node file (expected the header {HEADER!r})")
-                raise GridsplitError(f"{path}: line {n}: {what}; give --config the node file written by "
-                                     f"`{WRITER} --topology ...`")
+                if not header:
+                    if " ".join(words) == HEADER:
+                        header = True
+                        continue
+                    what = ("a TOML file (a gateway's config?)" if words[0].startswith("[") or "=" in line
+                            else f"not a node file (expected the header {HEADER!r})")
+                    raise GridsplitError(f"{path}: line {n}: {what}; {fix}")
+                err = _site_line_error(words, len(sites))
+                if err:
+                    raise GridsplitError(f"{path}: line {n}: {err}; {fix}")
+                if words[0] == "site":
+                    sites.append(words[1])
+                    if len(words) == 5:
+                        directs.append((n, words[4].removeprefix("direct_to=").split(",")))
     except OSError as e:
         raise GridsplitError(f"{path}: {e.strerror}") from None
-    raise GridsplitError(f"{path}: no {HEADER!r} header (empty file?); give --config the node file written by "
-                         f"`{WRITER} --topology ...`")
+    if not header:
+        raise GridsplitError(f"{path}: no {HEADER!r} header (empty file?); {fix}")
+    if not sites:
+        raise GridsplitError(f"{path}: no site line; {fix}")
+    for n, names in directs:
+        for name in names:
+            if name not in sites:
+                raise GridsplitError(f"{path}: line {n}: direct_to names {name!r}, which is no site of this file; {fix}")

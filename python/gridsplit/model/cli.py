@@ -11,6 +11,7 @@ validate-split  score the split model against committed bench results, no lab
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
 import time
@@ -136,6 +137,11 @@ def predict(params: str | None, path_kind: str, op: str, procs: int, size: str, 
     ps = _params(params)
     p = ps.path(path_kind)
     m = parse_size(size)
+    if m < 1:
+        raise GridsplitError(f"--size {size}: must be at least 1 byte")
+    if gamma is not None and not (math.isfinite(gamma) and gamma >= 0):
+        raise GridsplitError(f"--gamma {gamma}: give a finite factor of 0 or more (T = lower + gamma (upper - lower), "
+                             f"docs/model.md §2)")
     if op == "alltoall" and gamma is None:
         gamma = load_validation(shipped("validation.json")).get("gamma", {}).get(path_kind if path_kind == "lan" else
                                                                                   ("direct" if path_kind == "wan" else "split"))
@@ -250,7 +256,9 @@ def _write_validation(result: dict, outdir: Path, con) -> None:
 
 @model.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", type=click.Path(), default=None, help="PNG (parameters) or directory (validation) [next to FILE].")
+@click.option("--out", type=click.Path(), default=None,
+              help="PNG (parameters) or directory (validation) [gridsplit-out/model/NAME.png or gridsplit-out/model/NAME/, "
+                   "NAME: FILE's directory or name].")
 def plot(file: str, out: str | None) -> None:
     """Redraw Fig. 1 from a parameter file, or Figs. 2-10 from a validation.json (no lab needed)."""
     from .plots import fig1_plogp, validation_figures  # matplotlib: loaded only by the commands that draw
@@ -258,9 +266,11 @@ def plot(file: str, out: str | None) -> None:
     d = read_kind(p, (KIND, "gridsplit-model-validation"), "a parameter file or a validation.json of `gridsplit model`",
                   "give one written by `gridsplit model measure` or `gridsplit model validate`")
     if d["kind"] == KIND:
-        _con().print(str(fig1_plogp(ParamSet.from_dict(d, str(p)), Path(out) if out else p.with_suffix(".png"))))
+        # Not beside FILE by default: committed results would gain generated figures.
+        _con().print(str(fig1_plogp(ParamSet.from_dict(d, str(p)), Path(out) if out else
+                                    Path("gridsplit-out/model") / f"{p.stem}.png")))
     else:
-        for f in validation_figures(d, Path(out) if out else p.parent):
+        for f in validation_figures(d, Path(out) if out else Path("gridsplit-out/model") / p.parent.resolve().name):
             _con().print(str(f))
         for line in validation.report_lines(d):
             _con().print(line, markup=False)
@@ -286,6 +296,9 @@ def advise(topology, nodes, scale, size, ops, impl, params, validation, split_va
     m = parse_size(size)
     if m < 1:
         raise GridsplitError("--size must be at least 1 byte")
+    if ops and not any(o.strip() for op in ops for o in op.split(",")):
+        raise GridsplitError(f"--op is empty: name operations ({', '.join(splitmodel.OPS)}), or leave --op out "
+                             f"for gather, bcast and alltoall")
     ops = [o.strip() for op in ops for o in op.split(",") if o.strip()] or ["gather", "bcast", "alltoall"]
     for op in ops:
         if op not in splitmodel.OPS:
