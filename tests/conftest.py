@@ -134,3 +134,29 @@ def dropbear_hosts(tmp: Path, hosts: dict[str, str]) -> Iterator[Path]:
                 p.wait()
         for f in logs:
             f.close()
+
+
+GW_TOPO = """
+name = "gwnic"
+[defaults]
+nic_mbps = 100
+gateway = true
+[[site]]
+name = "far"
+nodes = 4
+[[site]]
+name = "root"
+nodes = 1
+[[wan]]
+sites = ["far", "root"]
+rtt_ms = 10
+rate_mbps = 1000
+"""
+
+
+def gw_topo(extra: str = ""):
+    """A two-site grid with gateways (4 senders, 1 root, 10 ms), `extra` added to its defaults:
+    the model tests' case for a gateway NIC of its own."""
+    import tomllib
+    from gridsplit.topology_file import parse_topology
+    return parse_topology(tomllib.loads(GW_TOPO.replace("gateway = true\n", "gateway = true\n" + extra)), "gwnic.toml")

@@ -380,7 +380,7 @@ def test_bench_refuses_to_resume_a_file_of_another_rank_env(tmp_path):
 
 
 def test_bench_outage_rejects_bad_flags_in_one_line():
-    for args, msg in ((["--blackouts", "5,x"], "whole numbers of seconds"), (["--blackouts", "-5"], "0 or more"),
+    for args, msg in ((["--blackouts", "5,x"], "whole numbers"), (["--blackouts", "-5"], "0 or more"),
                       (["--repeat", "0"], "repeat"), (["--impl", "lam"], "lam")):
         cp = gridsplit("bench", "outage", *args, check=False)
         assert cp.returncode == 2 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
@@ -394,6 +394,8 @@ def test_bench_rejects_bad_flags_in_one_line():
                       (["--lan-pacing", "yes"], "'yes' is not one of auto, on, off")):
         cp = gridsplit("bench", "gather", *args, check=False)
         assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+    cp = gridsplit("bench", "pingpong", "-n", "8", check=False)
+    assert cp.returncode != 0 and "takes no node count" in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
 
 
 def test_wan_link_delta_counts_a_reconnected_stream_from_zero():

@@ -72,6 +72,13 @@ def test_gateway_config_writes_a_new_key_once(tmp_path):
     assert cp.returncode != 0 and "exists" in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
     gridsplit("gateway", "new-key", "--psk-file", str(key))
     assert key.read_text() != first and stat.S_IMODE(key.stat().st_mode) == 0o600
+    # A bad option is refused before any key is written.
+    other = tmp_path / "psk2"
+    for bad in (["--gateway", "5"], ["--admin", "notanendpoint"]):
+        cp = gridsplit("gateway", "config", "-t", t, "--site", "east", "--psk-file", str(other), "--new-key", *bad,
+                       check=False)
+        assert cp.returncode != 0 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+        assert not other.exists(), bad
 
 
 def test_gridsplitd_refuses_encryption_in_a_link_table(tmp_path):

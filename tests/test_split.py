@@ -427,7 +427,14 @@ def test_run_refuses_what_is_not_a_node_file(tmp_path):
     other, empty = tmp_path / "hosts", tmp_path / "empty"
     other.write_text("node-1\nnode-2\n")
     empty.write_text("# nothing\n")
-    for path, want in ((toml, "line 2: a TOML file"), (other, "line 1: not a node file"), (empty, "no 'gridsplit-nodes 1'")):
+    good = gridsplit("gateway", "nodes-config", "--topology", "mini").stdout
+    bad_subnet = tmp_path / "bad-subnet"
+    bad_subnet.write_text(good.replace("10.", "notasubnet-10.", 1))
+    bad_direct = tmp_path / "bad-direct"
+    bad_direct.write_text(good.rstrip("\n").rsplit("\n", 1)[0] + "\n" + good.rstrip("\n").rsplit("\n", 1)[1].split(" direct_to=")[0]
+                          + " direct_to=nosuchsite\n")
+    for path, want in ((toml, "line 2: a TOML file"), (other, "line 1: not a node file"), (empty, "no 'gridsplit-nodes 1'"),
+                       (bad_subnet, "is not a CIDR prefix"), (bad_direct, "'nosuchsite', which is no site")):
         cp = gridsplit("run", "--config", str(path), "--", "true", check=False)
         err = cp.stderr.strip()
         assert cp.returncode != 0 and len(err.splitlines()) == 1, err
@@ -436,3 +443,6 @@ def test_run_refuses_what_is_not_a_node_file(tmp_path):
     nodes.write_text(gridsplit("gateway", "nodes-config", "--topology", "mini").stdout)
     cp = gridsplit("run", "--config", str(nodes), "--", "sh", "-c", "echo $GRIDSPLIT_CONFIG", check=False)
     assert cp.returncode == 0 and cp.stdout.strip() == str(nodes), (cp.stdout, cp.stderr)
+    # A library that is not there: ld.so would only warn, per process, and run every rank unsplit.
+    cp = gridsplit("run", "--config", str(nodes), "--lib", str(tmp_path / "no.so"), "--", "true", check=False)
+    assert cp.returncode != 0 and "no such file" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
