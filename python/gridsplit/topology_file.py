@@ -457,25 +457,27 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
     ).scaled(scale)
 
 
+def topology_text(spec: str) -> tuple[str, str]:
+    """The TOML text of a preset (by name) or a topology file (by path), and how to name its source."""
+    if not spec.strip():
+        raise GridsplitError(f"no topology given: name a preset ({', '.join(PRESETS)}) or a topology file")
+    if spec in PRESETS:
+        return resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text(), f"preset {spec}"
+    p = Path(spec)
+    if not p.exists():
+        raise GridsplitError(f"topology {spec!r}: no such preset or file; presets: {', '.join(PRESETS)}")
+    try:
+        return p.read_text(), str(p)
+    except (OSError, UnicodeDecodeError) as e:
+        raise GridsplitError(f"{spec}: cannot read: {e}") from None
+
+
 def load_topology(spec: str, nodes: int | None = None, scale: float | None = None) -> Topology:
     """Load a preset by name (paper, g5k9, mini) or a TOML file by path.
 
     `scale` replaces the file's own `scale` (rates divided by it, delays kept).
     """
-    if not spec.strip():
-        raise GridsplitError(f"no topology given: name a preset ({', '.join(PRESETS)}) or a topology file")
-    if spec in PRESETS:
-        text = resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
-        src = f"preset {spec}"
-    else:
-        p = Path(spec)
-        if not p.exists():
-            raise GridsplitError(f"topology {spec!r}: no such preset or file; presets: {', '.join(PRESETS)}")
-        try:
-            text = p.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise GridsplitError(f"{spec}: cannot read: {e}") from None
-        src = str(p)
+    text, src = topology_text(spec)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -26,7 +26,6 @@ import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,8 +33,8 @@ from .. import sysdeps
 from ..errors import GridsplitError
 from ..model.splitadvise import split_policy
 from ..gateway import lan_initrwnd
-from ..topology import PRESETS, GatewaySettings, Host, Topology, WanLink
-from ..topology_file import load_topology
+from ..topology import GatewaySettings, Host, Topology, WanLink
+from ..topology_file import load_topology, topology_text
 from . import names as N
 from ..procs import zombie
 from .gateways import (gateway_host_sysctls, gateway_labels, gateway_lan_mss,
@@ -235,7 +234,7 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
        gateways: bool = True, scale: float | None = None, keep_failed: bool = False,
        scale_auto: bool = False) -> LabState:
     topo = load_topology(spec, nodes, scale)  # bad input first: it needs no privilege to report
-    text = _topology_text(spec)
+    text = topology_text(spec)[0]
     sysdeps.need_root("gridsplit lab up")
     for tool in ("ip", "tc", "ethtool", "unshare", "hostname", "sysctl", "chrt"):
         sysdeps.need_tool(tool)
@@ -282,12 +281,6 @@ def up(spec: str, nodes: int | None, names: LabNames, progress=lambda msg: None,
             _teardown(names)
             raise
     return LabState(names, topo, data)
-
-
-def _topology_text(spec: str) -> str:
-    if spec in PRESETS:
-        return resources.files("gridsplit").joinpath("presets", f"{spec}.toml").read_text()
-    return Path(spec).read_text()
 
 
 def _all_ns(topo: Topology, names: LabNames) -> list[str]:
