@@ -162,6 +162,10 @@ static const char *opt_value(int argc, char **argv, int *i, const char *sflag,
     return NULL;
 }
 
+/* By hand rather than with getopt_long: each program adds flags of its own at
+ * run time (bench_prog.own_flags, looked up first so that one may take over -o),
+ * and every rank must reach the same verdict on the same argv without printing;
+ * the loop below is shorter than merging per-program option tables. */
 static void parse_args(int argc, char **argv, bench_opts *o)
 {
     memset(o, 0, sizeof *o);

@@ -65,7 +65,9 @@ double bench_now(void);
 const char *bench_impl(void);
 /* First line of MPI_Get_library_version, whitespace runs collapsed. */
 void bench_library_version(char *out, size_t cap);
-/* Writes s as a JSON string literal, quotes included. */
+/* Writes s as a JSON string literal, quotes included. The result line is one flat
+ * object of numbers and a few strings, so printf plus this escaper is all the JSON
+ * the programs need; no C JSON library is worth a dependency of every MPI build. */
 void bench_json_string(FILE *f, const char *s);
 
 /* Agrees on the verdict across ranks, finalizes and returns the exit code. */
