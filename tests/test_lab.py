@@ -192,6 +192,10 @@ def test_counters_over_a_command(lab):
     # east-1 tried to connect to a closed port on west-1: one SYN out, one RST back.
     assert d["deltas"]["east-1"].get("ActiveOpens", 0) >= 1
     assert d["deltas"]["west-1"].get("OutRsts", 0) >= 1
+    # Which queues dropped meanwhile: only those that did, by label.
+    assert all(isinstance(v, int) and v > 0 and ("→" in k or "NIC" in k) for k, v in d["queue_drops"].items())
+    cp = gridsplit("lab", "counters", "--", "true")
+    assert "queue drops: " in cp.stdout, cp.stdout
 
 
 def test_exec_unknown_host_suggests(lab):

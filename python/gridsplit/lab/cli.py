@@ -20,7 +20,7 @@ from ..topology_file import load_topology
 from . import counters as C
 from . import fault as F
 from . import gateways as G
-from . import realize
+from . import queues, realize
 from .check import SMALL_BUFFER_FRAMES, diagnose, probe_schedule, render, run_check, summarize
 from .fault import active, describe
 from .mpi import launcher
@@ -290,7 +290,8 @@ def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: str | None, 
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[str, ...]) -> None:
-    """Per-host TCP counter deltas over a command or an interval.
+    """Per-host TCP counter deltas over a command or an interval, and which of the lab's
+    queues (NICs, switch ports, WAN entries, the delay line) dropped packets meanwhile.
 
     \b
     gridsplit lab counters east-1 west-1 -- gridsplit lab mpirun -- ./gather
@@ -298,27 +299,37 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
     """
     state = realize.load_state(_names())
     argv = list(args)
-    hosts_part, cmd = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    if "--" in argv:
+        hosts_part, cmd = argv[: argv.index("--")], argv[argv.index("--") + 1:]
+    else:
+        # click takes a leading "--" for itself (`lab counters -- CMD`): the hosts are the
+        # leading arguments that name lab hosts, the command what follows them.
+        known = {h.name for h in state.topo.hosts()}
+        k = next((i for i, a in enumerate(argv) if a not in known), len(argv))
+        hosts_part, cmd = argv[:k], argv[k:]
     if cmd and interval:
         raise GridsplitError("give either a command (after --) or --interval, not both")
     hosts = [state.topo.host(h) for h in hosts_part] or state.topo.hosts()
     nss = [state.ns(h) for h in hosts]
-    before = C.snapshot_many(nss)
+    before, qbefore = C.snapshot_many(nss), queues.snapshot(state)
     rc = 0
     if cmd:
         rc = subprocess.call(cmd)
     else:
         time.sleep(interval if interval else 1.0)
-    after = C.snapshot_many(nss)
+    after, qafter = C.snapshot_many(nss), queues.snapshot(state)
     deltas = {h.name: C.delta(before[state.ns(h)], after[state.ns(h)]) for h in hosts}
+    drops = queues.delta(qbefore, qafter)
     if as_json:
-        emit_json({"command": cmd, "exit_code": rc, "interval_s": None if cmd else (interval or 1.0), "deltas": deltas})
+        emit_json({"command": cmd, "exit_code": rc, "interval_s": None if cmd else (interval or 1.0), "deltas": deltas,
+                   "queue_drops": drops})
     else:
         keys = sorted({k for d in deltas.values() for k in d}) if show_all else list(C.HEADLINE)
         t = Table("host", *keys)
         for name, d in deltas.items():
             t.add_row(name, *[str(d.get(k, 0)) for k in keys])
         _console().print(t)
+        _console().print("queue drops: " + (", ".join(f"{k} {v}" for k, v in drops.items()) or "none"), markup=False)
     sys.exit(rc)
 
 
