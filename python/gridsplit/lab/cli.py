@@ -299,14 +299,11 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
     """
     state = realize.load_state(_names())
     argv = list(args)
-    if "--" in argv:
-        hosts_part, cmd = argv[: argv.index("--")], argv[argv.index("--") + 1:]
-    else:
-        # click takes a leading "--" for itself (`lab counters -- CMD`): the hosts are the
-        # leading arguments that name lab hosts, the command what follows them.
-        known = {h.name for h in state.topo.hosts()}
-        k = next((i for i, a in enumerate(argv) if a not in known), len(argv))
-        hosts_part, cmd = argv[:k], argv[k:]
+    # The hosts are the leading arguments that name lab hosts, the command what follows
+    # them (after a "--": click takes a leading one for itself, `lab counters -- CMD`).
+    known = {h.name for h in state.topo.hosts()}
+    k = next((i for i, a in enumerate(argv) if a not in known), len(argv))
+    hosts_part, cmd = argv[:k], argv[k + 1:] if argv[k:k + 1] == ["--"] else argv[k:]
     if cmd and interval:
         raise GridsplitError("give either a command (after --) or --interval, not both")
     hosts = [state.topo.host(h) for h in hosts_part] or state.topo.hosts()
@@ -314,7 +311,11 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
     before, qbefore = C.snapshot_many(nss), queues.snapshot(state)
     rc = 0
     if cmd:
-        rc = subprocess.call(cmd)
+        try:
+            rc = subprocess.call(cmd)
+        except OSError as e:
+            raise GridsplitError(f"{cmd[0]}: cannot run it ({e.strerror}), nor is it a host of the lab; "
+                                 f"hosts: {', '.join(sorted(known))}") from None
     else:
         time.sleep(interval if interval else 1.0)
     after, qafter = C.snapshot_many(nss), queues.snapshot(state)
