@@ -207,6 +207,7 @@ def gs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     (["netcheck", "--hosts", "HOSTS", "--pairs", "rennes:nancyy"], "did you mean 'nancy'"),
     (["netcheck", "--hosts", "BADHOSTS"], "site[0].hosts: give one or more hosts"),
     (["netcheck", "--hosts", "HOSTS", "--streams", "1,x"], "--streams"),
+    (["netcheck", "--from", "x.json", "--pairs", "a:b"], "--from shows a saved report"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, expect):
     good = tmp_path / "hosts.toml"

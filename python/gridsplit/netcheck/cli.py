@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .. import sysdeps
 from ..console import emit_json, err
@@ -28,6 +29,11 @@ def _streams(spec: str) -> tuple[int, ...]:
     if any(not 1 <= v <= 128 for v in vals):
         raise GridsplitError(f"--streams {spec!r}: each count must be 1-128")
     return vals
+
+
+# The options that only shape a measurement (refused with --from).
+MEASURING = ("pairs", "one_way", "resume", "count", "interval", "duration", "omit", "streams", "headroom",
+             "congestion", "port", "iperf_args", "keep_raw")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -75,6 +81,13 @@ def netcheck(use_lab, hosts_file, from_file, pairs, one_way, out, resume, count,
     modes = [m for m, on in (("--lab", use_lab), ("--hosts", hosts_file), ("--from", from_file)) if on]
     if len(modes) > 1:
         raise GridsplitError(f"{' and '.join(modes)} exclude each other; pick one target")
+    if from_file:
+        # A saved report is shown as it is: an option that only shapes a measurement would be ignored.
+        ctx = click.get_current_context()
+        given = [f"--{n.replace('_', '-')}" for n in MEASURING if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+        if given:
+            raise GridsplitError(f"{', '.join(given)}: --from shows a saved report and measures nothing; leave "
+                                 f"{'them' if len(given) > 1 else 'it'} out, or measure again with --lab or --hosts")
     if critical > ok:
         raise GridsplitError(f"--critical {critical} is above --ok {ok}; critical must be the lower threshold")
     ref = render.read_reference(reference) if reference else None
