@@ -46,6 +46,11 @@ def test_lan_pacing_is_a_side_key_recorded_in_each_row():
                 2, direct=False)
     assert {(p.ab, p.pacing) for p in auto} == {("A", g.lan_pacing), ("B", "auto")}
     assert "lan_pacing" in gridsplit("bench", "ab", "--help").stdout
+    # wan_quickack: on/off, recorded per point like wan_pacing; anything else is one line.
+    q = plan("alltoall", g, parse_sides("", "wan_quickack=on"), ["openmpi"], [2], [10_000], 2, direct=False)
+    assert {(p.ab, (p.variant or {}).get("wan_quickack")) for p in q} == {("A", g.wan_quickack), ("B", True)}
+    with pytest.raises(GridsplitError, match="wan_quickack"):
+        parse_sides("", "wan_quickack=yes")
 
 
 def test_compare_pairs_the_sides_by_round():

@@ -268,6 +268,27 @@ def test_gateway_config_stripes_lossy_links(tmp_path):
     assert chk.returncode != 0 and "streams" in chk.stderr and len(chk.stderr.strip().splitlines()) == 1, chk.stderr
 
 
+def test_wan_quickack_is_a_topology_key_gridsplitd_takes(tmp_path):
+    """[gateways] wan_quickack = true becomes [wan] quickack = true (off, and unwritten, by default);
+    a value that is not a boolean is one line naming the key."""
+    from gridsplit.errors import GridsplitError
+    from gridsplit.gateway import gateway_toml
+    from gridsplit.topology_file import parse_topology
+    base = ('[defaults]\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\n[[site]]\nname = "b"\nnodes = 1\n'
+            '[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\n')
+    psk = tmp_path / "psk"
+    psk.write_text("0" * 64 + "\n")
+    psk.chmod(0o600)
+    default = gateway_toml(parse_topology(tomllib.loads(base), "t"), "a", str(psk))
+    assert not any(l.startswith("quickack") for l in default.splitlines())
+    on = gateway_toml(parse_topology(tomllib.loads(base + "[gateways]\nwan_quickack = true\n"), "t"), "a", str(psk))
+    assert "\nquickack = true\n" in on
+    with pytest.raises(GridsplitError, match="wan_quickack"):
+        parse_topology(tomllib.loads(base + '[gateways]\nwan_quickack = "yes"\n'), "t")
+    chk = _check_config(tmp_path, on)
+    assert chk.returncode == 0, chk.stderr
+
+
 def test_gateway_config_paces_wan_links_as_wan_pacing_says(tmp_path):
     """[gateways] wan_pacing: "full" (the default) paces a WAN link just under its path's slowest rate;
     "shared" at most at half of either end's gateway NIC, never under a node's NIC (a one-NIC gateway's

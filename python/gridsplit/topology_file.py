@@ -105,7 +105,7 @@ TOP_KEYS = ("name", "description", "scale", "addressing", "defaults", "site", "w
 LAB_KEYS = ("idle", "gateway_rt", "pacing_ratio", "initrwnd", "lan_mss", "sub_segment", "wanem_steer")
 GATEWAY_KEYS = ("strategy", "congestion", "lan_port", "wan_port", "per_flow_buffer", "total_buffer", "lan_tuning",
                 "lan_pacing", "lan_rto_min_us", "lan_delack_max_us", "outage_limit_s", "wan_streams", "split", "encryption",
-                "wan_pacing", "policy_ops", "policy_sizes")
+                "wan_pacing", "wan_quickack", "policy_ops", "policy_sizes")
 DEFAULT_KEYS = SITE_KEYS[4:] + ("wan_rate_mbps", "wan_buffer_bytes")
 
 
@@ -443,6 +443,7 @@ def parse_topology(data: dict[str, Any], src: str) -> Topology:
         split=_split(g, routed),
         encryption=g.string("encryption", "noise", ("noise", "insecure")),
         wan_pacing=g.string("wan_pacing", DEFAULT_WAN_PACING, WAN_PACING),
+        wan_quickack=g.boolean("wan_quickack", False),
         policy_ops=policy_ops,
         policy_sizes=policy_sizes,
     )

@@ -254,6 +254,12 @@ pub fn apply(fd: &impl AsFd, p: &WanParams) -> Vec<String> {
     warnings
 }
 
+/// Asks the kernel to acknowledge the next segments at once (TCP_QUICKACK; not
+/// sticky: Linux may fall back to delayed ACKs, so callers ask again after reads).
+pub fn set_quickack(fd: &impl AsFd) -> io::Result<()> {
+    setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+}
+
 /// Caps the socket's pacing rate at `bps` bits/s (SO_MAX_PACING_RATE, which also turns on
 /// Linux's internal TCP pacing where no fq qdisc paces).
 pub fn set_pacing(fd: &impl AsFd, bps: u64) -> io::Result<()> {

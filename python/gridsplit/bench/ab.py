@@ -42,9 +42,10 @@ from .sweep import OPS, Point, run_plan
 # the split policy of the ranks, the gridsplitd binary, and a label.
 # policy_ops and policy_sizes ('+'-joined) name the jobs a side's split policy weighs, as the
 # topology's [gateways] keys do; Side.for_topology turns them into the pairs that policy splits.
-KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_pacing", "wan_streams", "split", "encryption",
-        "policy_ops", "policy_sizes", "label")
+KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_pacing", "wan_quickack", "wan_streams",
+        "split", "encryption", "policy_ops", "policy_sizes", "label")
 CHOICES = {"strategy": STRATEGIES, "congestion": ("cubic", "reno", "bbr"), "lan_tuning": ("on", "off"),
+           "wan_quickack": ("on", "off"),
            "lan_pacing": LAN_PACING, "wan_pacing": WAN_PACING, "encryption": ("noise", "insecure")}
 
 
@@ -102,7 +103,7 @@ def parse_side(default_label: str, text: str) -> Side:
                 settings[key] = O.streams(value)
             except ValueError as e:
                 raise GridsplitError(f"--{default_label.lower()}: wan_streams: {e}") from None
-        elif key == "lan_tuning":
+        elif key in ("lan_tuning", "wan_quickack"):
             settings[key] = value == "on"
         elif key == "split":
             try:
@@ -159,7 +160,8 @@ def side_point(side: Side, g, op: str, impl: str, nodes: int, size: int, repeat:
     return Point(op, impl, nodes, size, repeat, "split", s.get("strategy", g.strategy), s.get("congestion", g.congestion),
                  s.get("lan_tuning", g.lan_tuning), s.get("wan_streams", g.wan_streams), s.get("split", "policy"),
                  ab=side.label, gridsplitd=side.gridsplitd, encryption=s.get("encryption", g.encryption),
-                 pacing=s.get("lan_pacing", g.lan_pacing), wan_pacing=s.get("wan_pacing", g.wan_pacing))
+                 pacing=s.get("lan_pacing", g.lan_pacing), wan_pacing=s.get("wan_pacing", g.wan_pacing),
+                 wan_quickack=s.get("wan_quickack", g.wan_quickack))
 
 
 def plan(op: str, topo_gateways, sides: tuple[Side, Side], impls: list[str], nodes: list[int], sizes: list[int],

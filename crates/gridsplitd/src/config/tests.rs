@@ -79,6 +79,18 @@ fn link_overrides_merge_over_wan() {
 }
 
 #[test]
+fn quickack_is_off_unless_wan_or_a_link_turns_it_on() {
+    let c = load(&sample("", "")).unwrap();
+    assert!(!c.wan_params("sophia").quickack);
+    let on = sample("", "").replace("nodelay = true\n", "nodelay = true\nquickack = true\n");
+    assert!(load(&on).unwrap().wan_params("sophia").quickack);
+    // A link may turn it off again.
+    let link = sample("", "[[link]]\npeer = \"sophia\"\nquickack = false\n")
+        .replace("nodelay = true\n", "nodelay = true\nquickack = true\n");
+    assert!(!load(&link).unwrap().wan_params("sophia").quickack);
+}
+
+#[test]
 fn adaptive_pacing_takes_the_far_port_and_a_floor_per_link() {
     let adaptive = "[[link]]\npeer = \"sophia\"\npacing_bps = 190000000\n\
                     pacing_far_port_bps = 200000000\npacing_floor_bps = 100000000\n";

@@ -27,6 +27,11 @@ pub struct WanParams {
     /// bandwidth (tune::target_lowat).
     pub notsent_lowat: u64,
     pub nodelay: bool,
+    /// Acknowledge every segment received on the link at once (TCP_QUICKACK after each
+    /// read) instead of every second one or after the delayed-ACK timer: the sender's
+    /// clock stays smooth and a lone segment's loss is seen sooner
+    /// (docs/design/wan-striping.md, "Delayed ACKs on the lanes").
+    pub quickack: bool,
     /// Link liveness probe period; a connection is declared dead after 5 silent
     /// periods (its session then reconnects and resumes).
     pub keepalive_ms: u64,
@@ -54,6 +59,7 @@ impl Default for WanParams {
             pacing_floor_bps: 0,
             notsent_lowat: 0,
             nodelay: true,
+            quickack: false,
             keepalive_ms: 1000,
             outage_limit_s: 120.0,
             streams: 1,
@@ -74,6 +80,7 @@ pub(super) struct RawWan {
     pacing_floor_bps: Option<u64>,
     notsent_lowat: Option<u64>,
     nodelay: Option<bool>,
+    quickack: Option<bool>,
     keepalive_ms: Option<u64>,
     outage_limit_s: Option<f64>,
     streams: Option<i64>,
@@ -96,6 +103,7 @@ impl RawWan {
             pacing_floor_bps: self.pacing_floor_bps.unwrap_or(base.pacing_floor_bps),
             notsent_lowat: self.notsent_lowat.unwrap_or(base.notsent_lowat),
             nodelay: self.nodelay.unwrap_or(base.nodelay),
+            quickack: self.quickack.unwrap_or(base.quickack),
             keepalive_ms: self.keepalive_ms.unwrap_or(base.keepalive_ms),
             outage_limit_s: self.outage_limit_s.unwrap_or(base.outage_limit_s),
             // Out-of-range values are kept recognisable (0) for check_wan's message.

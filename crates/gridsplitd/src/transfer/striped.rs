@@ -119,6 +119,7 @@ impl WanConn for StripedConn {
                 None => (None, None),
             };
             seals.push(seal);
+            let quickack = p.quickack;
             if let Ok(fd) = stream.as_fd().try_clone_to_owned() {
                 fds.push((fd, p));
             }
@@ -129,6 +130,7 @@ impl WanConn for StripedConn {
                 stream,
                 rbuf,
                 open,
+                quickack,
                 pieces: VecDeque::new(),
                 held: 0,
             });
@@ -377,6 +379,8 @@ struct LaneRx {
     rbuf: BytesMut,
     /// The lane's opening state (None: insecure link).
     open: Option<OpenRx>,
+    /// `[wan] quickack`: acknowledge every segment at once (tcp::try_read_lane).
+    quickack: bool,
     /// Pieces received on this lane and not yet appended, in order.
     pieces: VecDeque<(u64, Bytes)>,
     /// Bytes of `pieces`.
@@ -462,7 +466,7 @@ impl StripedRx {
             .await?;
             self.start = (i + 1) % k;
             let l = &mut self.lanes[i];
-            match tcp::try_read_lane(&l.stream, &mut l.rbuf, l.open.as_mut()) {
+            match tcp::try_read_lane(&l.stream, &mut l.rbuf, l.open.as_mut(), l.quickack) {
                 // One lane closing ends the set: the others' pieces cannot be
                 // put in order without its own.
                 Ok(0) => {
@@ -534,6 +538,7 @@ mod tests {
             stream: Arc::new(s),
             rbuf: BytesMut::new(),
             open: None,
+            quickack: false,
             pieces: VecDeque::new(),
             held: 0,
         };

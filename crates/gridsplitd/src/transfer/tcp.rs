@@ -165,12 +165,13 @@ async fn recv_frame(
     rbuf: &mut BytesMut,
     max: usize,
     mut open: Option<&mut OpenRx>,
+    quickack: bool,
 ) -> Result<Frame, RecvError> {
     loop {
         if let Some(f) = wire::decode(rbuf, max)? {
             return Ok(f);
         }
-        match try_read_lane(stream, rbuf, open.as_deref_mut()) {
+        match try_read_lane(stream, rbuf, open.as_deref_mut(), quickack) {
             Ok(0) => {
                 // Mid-frame too: a connection cut under a session ends wherever
                 // its bytes stopped; that is a loss, not a protocol violation.
@@ -195,22 +196,35 @@ async fn recv_frame(
 /// Reads what the socket holds and appends the plaintext to `rbuf`: opened
 /// from the lane's ciphertext if `open`, else as read. Ok(0) at end of stream;
 /// otherwise the raw byte count (a read may complete no message yet).
+/// `quickack` (`[wan] quickack`): after a read, the kernel acknowledges what
+/// arrives next at once. Linux drops quick-ACK mode again on its own, so it is
+/// asked for after every read.
 pub(crate) fn try_read_lane(
     stream: &TcpStream,
     rbuf: &mut BytesMut,
     open: Option<&mut OpenRx>,
+    quickack: bool,
 ) -> Result<usize, RecvError> {
-    let Some(open) = open else {
-        if rbuf.capacity() - rbuf.len() < READ_BLOCK / 2 {
-            rbuf.reserve(READ_BLOCK);
+    let n = match open {
+        None => {
+            if rbuf.capacity() - rbuf.len() < READ_BLOCK / 2 {
+                rbuf.reserve(READ_BLOCK);
+            }
+            try_read_drain(stream, rbuf)?
         }
-        return Ok(try_read_drain(stream, rbuf)?);
+        Some(open) => {
+            if open.cbuf.capacity() - open.cbuf.len() < READ_BLOCK / 2 {
+                open.cbuf.reserve(READ_BLOCK);
+            }
+            let n = try_read_drain(stream, &mut open.cbuf)?;
+            open.open_all(rbuf)?;
+            n
+        }
     };
-    if open.cbuf.capacity() - open.cbuf.len() < READ_BLOCK / 2 {
-        open.cbuf.reserve(READ_BLOCK);
+    if quickack && n > 0 {
+        // Best effort: where refused, the lane keeps Linux's delayed ACKs.
+        let _ = tune::set_quickack(stream);
     }
-    let n = try_read_drain(stream, &mut open.cbuf)?;
-    open.open_all(rbuf)?;
     Ok(n)
 }
 
@@ -267,7 +281,8 @@ impl WanConn for TcpConn {
 
     async fn recv_frame(&mut self) -> Result<Frame, RecvError> {
         let open = self.crypto.as_mut().map(|(_, rx)| rx);
-        recv_frame(&self.stream, &mut self.rbuf, self.recv_max, open).await
+        // The handshake: no quickack, nothing is clocked by it yet.
+        recv_frame(&self.stream, &mut self.rbuf, self.recv_max, open, false).await
     }
 
     fn peer_addr(&self) -> SocketAddr {
@@ -296,6 +311,7 @@ impl WanConn for TcpConn {
                 rbuf: self.rbuf,
                 max: self.recv_max,
                 open,
+                quickack: self.params.quickack,
             },
             probe,
         )
@@ -348,11 +364,19 @@ pub struct TcpRx {
     rbuf: BytesMut,
     max: usize,
     open: Option<OpenRx>,
+    quickack: bool,
 }
 
 impl WanRx for TcpRx {
     async fn recv(&mut self) -> Result<Frame, RecvError> {
-        recv_frame(&self.stream, &mut self.rbuf, self.max, self.open.as_mut()).await
+        recv_frame(
+            &self.stream,
+            &mut self.rbuf,
+            self.max,
+            self.open.as_mut(),
+            self.quickack,
+        )
+        .await
     }
 
     fn try_recv(&mut self) -> Result<Option<Frame>, RecvError> {

@@ -47,6 +47,8 @@ pub struct Opts {
     pub streams: u8,
     /// `[wan] encryption`.
     pub encryption: &'static str,
+    /// `[wan] quickack`.
+    pub quickack: bool,
     /// Beta's gateway_wan is 127.K.2.253 (a man in the middle the test runs)
     /// instead of its wan_listen, 127.K.2.254.
     pub via_proxy: bool,
@@ -66,6 +68,7 @@ impl Default for Opts {
             outage_limit_s: 120.0,
             streams: 1,
             encryption: "noise",
+            quickack: false,
             via_proxy: false,
             gateways: [1, 1],
         }
@@ -152,6 +155,7 @@ socket_buffer = {wsb}
 outage_limit_s = {olim:?}
 streams = {streams}
 encryption = "{enc}"
+quickack = {qa}
 {sites}"#,
         admin = site + 10 * index,
         strategy = o.strategy,
@@ -164,6 +168,7 @@ encryption = "{enc}"
         olim = o.outage_limit_s,
         streams = o.streams,
         enc = o.encryption,
+        qa = o.quickack,
     );
     let file = if index == 0 {
         format!("{name}.toml")
