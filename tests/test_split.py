@@ -245,22 +245,29 @@ def test_wan_streams_reach_the_link_rate_at_its_loss():
     assert k == 16 and "reach only" in why
 
 
-def test_gateway_config_stripes_lossy_links(tmp_path):
-    """`gateway config` writes each link's stream count with its reason, from the topology's loss or
-    [gateways] wan_streams, and gridsplitd accepts it."""
+# Two sites of one node each over 20 ms, gateways at both.
+TWO_SITES = ('[defaults]\nnic_mbps = 200\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\n'
+             '[[site]]\nname = "b"\nnodes = 1\n[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\nrate_mbps = 200\n')
+
+
+def _site_a_config(tmp_path, text: str) -> str:
+    """`gateway config` of site a for the topology `text` (its key file under tmp_path)."""
     from gridsplit.gateway import gateway_toml
     from gridsplit.topology_file import parse_topology
-    base = ('[defaults]\nnic_mbps = 200\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\n'
-            '[[site]]\nname = "b"\nnodes = 1\n[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\nrate_mbps = 200\n')
     psk = tmp_path / "psk"
     psk.write_text("0" * 64 + "\n")
     psk.chmod(0o600)
-    clean = gateway_toml(parse_topology(tomllib.loads(base), "t"), "a", str(psk))
+    return gateway_toml(parse_topology(tomllib.loads(text), "t"), "a", str(psk))
+
+
+def test_gateway_config_stripes_lossy_links(tmp_path):
+    """`gateway config` writes each link's stream count with its reason, from the topology's loss or
+    [gateways] wan_streams, and gridsplitd accepts it."""
+    clean = _site_a_config(tmp_path, TWO_SITES)
     assert "streams = 1\n" in clean and "no random loss" in clean
-    lossy = gateway_toml(parse_topology(tomllib.loads(base + "loss = 0.0005\n"), "t"), "a", str(psk))
+    lossy = _site_a_config(tmp_path, TWO_SITES + "loss = 0.0005\n")
     assert "streams = 7\n" in lossy and "Mathis" in lossy
-    fixed = gateway_toml(parse_topology(tomllib.loads(base + "loss = 0.0005\n[gateways]\nwan_streams = 3\n"), "t"),
-                         "a", str(psk))
+    fixed = _site_a_config(tmp_path, TWO_SITES + "loss = 0.0005\n[gateways]\nwan_streams = 3\n")
     assert "streams = 3\n" in fixed and "fixed by the topology" in fixed
     chk = _check_config(tmp_path, lossy)
     assert chk.returncode == 0, chk.stderr
@@ -272,19 +279,12 @@ def test_wan_quickack_is_a_topology_key_gridsplitd_takes(tmp_path):
     """[gateways] wan_quickack = true becomes [wan] quickack = true (off, and unwritten, by default);
     a value that is not a boolean is one line naming the key."""
     from gridsplit.errors import GridsplitError
-    from gridsplit.gateway import gateway_toml
-    from gridsplit.topology_file import parse_topology
-    base = ('[defaults]\ngateway = true\n[[site]]\nname = "a"\nnodes = 1\n[[site]]\nname = "b"\nnodes = 1\n'
-            '[[wan]]\nsites = ["a", "b"]\nrtt_ms = 20\n')
-    psk = tmp_path / "psk"
-    psk.write_text("0" * 64 + "\n")
-    psk.chmod(0o600)
-    default = gateway_toml(parse_topology(tomllib.loads(base), "t"), "a", str(psk))
+    default = _site_a_config(tmp_path, TWO_SITES)
     assert not any(l.startswith("quickack") for l in default.splitlines())
-    on = gateway_toml(parse_topology(tomllib.loads(base + "[gateways]\nwan_quickack = true\n"), "t"), "a", str(psk))
+    on = _site_a_config(tmp_path, TWO_SITES + "[gateways]\nwan_quickack = true\n")
     assert "\nquickack = true\n" in on
     with pytest.raises(GridsplitError, match="wan_quickack"):
-        parse_topology(tomllib.loads(base + '[gateways]\nwan_quickack = "yes"\n'), "t")
+        _site_a_config(tmp_path, TWO_SITES + '[gateways]\nwan_quickack = "yes"\n')
     chk = _check_config(tmp_path, on)
     assert chk.returncode == 0, chk.stderr
 
