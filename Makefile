@@ -27,9 +27,11 @@ deps:
 	  apt-get update -q >/dev/null || { echo "make deps: apt-get update failed; check the Debian mirror" >&2; exit 1; }; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || { echo "make deps: apt-get install failed for: $$missing" >&2; exit 1; }; \
 	else echo "Debian packages: all present"; fi
-	@v=$$( (cargo --version 2>/dev/null || true) | sed -n 's/^cargo \([0-9]*\.[0-9]*\).*/\1/p'); \
+	@fix="install a current toolchain with rustup (https://rustup.rs), or under sudo keep its PATH (sudo env PATH=\"\$$PATH\" make ...)"; \
+	command -v cargo >/dev/null || { echo "make deps: no cargo in PATH; gridsplit needs Rust $(RUST_MIN) or newer; $$fix" >&2; exit 1; }; \
+	v=$$( (rustc --version 2>/dev/null || true) | sed -n 's/^rustc \([0-9]*\.[0-9]*\).*/\1/p'); \
 	if [ -z "$$v" ] || [ "$$(printf '%s\n' $(RUST_MIN) "$$v" | sort -V | head -n 1)" != "$(RUST_MIN)" ]; then \
-	  echo "make deps: $${v:+cargo $$v is older than }$${v:-no cargo in PATH; gridsplit needs }Rust $(RUST_MIN) or newer (its locked dependencies); install a current toolchain with rustup (https://rustup.rs) and run make again" >&2; exit 1; fi
+	  echo "make deps: rustc $${v:-(not found)} is older than Rust $(RUST_MIN), which gridsplit's locked dependencies need; $$fix" >&2; exit 1; fi
 	@$(PY) -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]' \
 	  || { echo "make deps: pip install of the gridsplit package failed" >&2; exit 1; }
 	@echo "gridsplit CLI: $$(command -v gridsplit)"

@@ -204,8 +204,8 @@ class GatewaySettings:
     lan_pacing: str = DEFAULT_LAN_PACING
     # Pacing of the WAN links: "full", "shared" or "adaptive" (WAN_PACING; capacity.wan_pacing_mbps).
     wan_pacing: str = DEFAULT_WAN_PACING
-    # Whether the gateways acknowledge every segment of a WAN link at once (gridsplitd
-    # [wan] quickack) rather than with Linux's delayed ACKs (docs/design/wan-striping.md).
+    # Whether the gateways send a WAN lane's pending ACK each time they read it (gridsplitd
+    # [wan] quickack, TCP_QUICKACK) rather than delay it (docs/design/wan-striping.md).
     wan_quickack: bool = False
     # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
     # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).

@@ -254,8 +254,8 @@ pub fn apply(fd: &impl AsFd, p: &WanParams) -> Vec<String> {
     warnings
 }
 
-/// Asks the kernel to acknowledge the next segments at once (TCP_QUICKACK; not
-/// sticky: Linux may fall back to delayed ACKs, so callers ask again after reads).
+/// TCP_QUICKACK: sends an ACK the kernel is holding and leaves delayed-ACK
+/// (ping-pong) mode; not sticky, so callers ask again after reads.
 pub fn set_quickack(fd: &impl AsFd) -> io::Result<()> {
     setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
 }

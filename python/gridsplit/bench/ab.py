@@ -246,7 +246,7 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     Each side is KEY=VALUE,... with keys gridsplitd (a binary, e.g. another commit's build),
     strategy, congestion, lan_tuning (on/off), lan_pacing (auto/on/off: pace the gateways' writes toward each LAN
     host at the nodes' NIC rate), wan_pacing (full/shared/adaptive: the WAN links' rate, docs/design/wan-pacing.md),
-    wan_quickack (on/off: every WAN segment acknowledged at once, docs/design/wan-striping.md),
+    wan_quickack (on/off: a WAN lane's pending ACK sent at each read, docs/design/wan-striping.md),
     wan_streams (auto/1..16), split (policy, all, none, or site pairs joined
     by +, e.g. east-west+east-north: those split, the others direct), policy_ops and policy_sizes (the jobs
     split=policy weighs, joined by +, e.g. policy_ops=gather,policy_sizes=100K+1M; as the topology's [gateways]

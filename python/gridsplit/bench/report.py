@@ -517,8 +517,8 @@ it with a full segment and an 88-byte one, and a window under one segment with t
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for index.html and the PNGs [gridsplit-out/report/NAME, NAME: the first file's, "
-                   "without .jsonl].")
+              help="Directory for index.html and the PNGs [gridsplit-out/report/DIR-NAME: the first file's "
+                   "directory and name, without .jsonl].")
 def report(results: tuple[Path, ...], out: Path | None) -> None:
     """Build an HTML report with PNG plots from `gridsplit bench` result files (JSONL)."""
     paths = list(results)
@@ -526,5 +526,5 @@ def report(results: tuple[Path, ...], out: Path | None) -> None:
     build = (build_app_report if holds_app_runs(paths)
              else build_matrix_report if grid_count(paths) > 1 else build_report)
     # Not beside the file by default: committed results would gain generated pages.
-    path = build(paths, out or Path("gridsplit-out/report") / paths[0].stem)
+    path = build(paths, out or Path("gridsplit-out/report") / f"{paths[0].resolve().parent.name}-{paths[0].stem}")
     click.echo(f"report: {path}")

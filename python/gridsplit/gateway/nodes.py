@@ -58,11 +58,13 @@ def is_host_port(v: str) -> bool:
     host, sep, port = v.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         return False
+    bracketed = host.startswith("[") and host.endswith("]")
     try:
-        ipaddress.ip_address(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host)
     except ValueError:
         return False
-    return True
+    # IPv6 only in brackets, and brackets only around IPv6 ("::1:7300" is ambiguous).
+    return bracketed == (ip.version == 6)
 
 
 def _site_line_error(words: list[str], sites_seen: int) -> str | None:
@@ -77,9 +79,10 @@ def _site_line_error(words: list[str], sites_seen: int) -> str | None:
         return f"a site line needs a name, a subnet and a gateway: {SITE_LINE}"
     if not _NAME.fullmatch(words[1]):
         return f"site name {words[1]!r} is not 1-64 characters of [A-Za-z0-9_-]"
+    addr, slash, length = words[2].partition("/")
     try:
-        ipaddress.ip_network(words[2], strict=False)
-        if "/" not in words[2]:
+        ip = ipaddress.ip_address(addr)
+        if not slash or not length.isdigit() or int(length) > ip.max_prefixlen:
             raise ValueError
     except ValueError:
         return f"subnet {words[2]!r} is not a CIDR prefix"
@@ -119,7 +122,8 @@ def check_nodes_file(path: str) -> None:
                 if words[0] == "site":
                     sites.append(words[1])
                     if len(words) == 5:
-                        directs.append((n, words[4].removeprefix("direct_to=").split(",")))
+                        # The library skips empty names ("a,,b", a trailing comma).
+                        directs.append((n, [x for x in words[4].removeprefix("direct_to=").split(",") if x]))
     except OSError as e:
         raise GridsplitError(f"{path}: {e.strerror}") from None
     if not header:

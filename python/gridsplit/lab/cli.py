@@ -304,6 +304,9 @@ def counters(interval: float | None, show_all: bool, as_json: bool, args: tuple[
     known = {h.name for h in state.topo.hosts()}
     k = next((i for i, a in enumerate(argv) if a not in known), len(argv))
     hosts_part, cmd = argv[:k], argv[k + 1:] if argv[k:k + 1] == ["--"] else argv[k:]
+    if cmd and cmd[0].startswith("-") and cmd[0] != "--":
+        raise GridsplitError(f"{cmd[0]}: options of lab counters go before the hosts "
+                             f"(gridsplit lab counters [--json] [HOST...] -- COMMAND)")
     if cmd and interval:
         raise GridsplitError("give either a command (after --) or --interval, not both")
     hosts = [state.topo.host(h) for h in hosts_part] or state.topo.hosts()

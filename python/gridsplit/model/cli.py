@@ -257,8 +257,8 @@ def _write_validation(result: dict, outdir: Path, con) -> None:
 @model.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", type=click.Path(), default=None,
-              help="PNG (parameters) or directory (validation) [gridsplit-out/model/NAME.png or gridsplit-out/model/NAME/, "
-                   "NAME: FILE's directory or name].")
+              help="PNG (parameters) or directory (validation) [gridsplit-out/model/DIR-NAME.png or "
+                   "gridsplit-out/model/DIR/: FILE's directory and name].")
 def plot(file: str, out: str | None) -> None:
     """Redraw Fig. 1 from a parameter file, or Figs. 2-10 from a validation.json (no lab needed)."""
     from .plots import fig1_plogp, validation_figures  # matplotlib: loaded only by the commands that draw
@@ -268,7 +268,7 @@ def plot(file: str, out: str | None) -> None:
     if d["kind"] == KIND:
         # Not beside FILE by default: committed results would gain generated figures.
         _con().print(str(fig1_plogp(ParamSet.from_dict(d, str(p)), Path(out) if out else
-                                    Path("gridsplit-out/model") / f"{p.stem}.png")))
+                                    Path("gridsplit-out/model") / f"{p.resolve().parent.name}-{p.stem}.png")))
     else:
         for f in validation_figures(d, Path(out) if out else Path("gridsplit-out/model") / p.parent.resolve().name):
             _con().print(str(f))

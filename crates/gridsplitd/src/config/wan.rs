@@ -27,9 +27,9 @@ pub struct WanParams {
     /// bandwidth (tune::target_lowat).
     pub notsent_lowat: u64,
     pub nodelay: bool,
-    /// Acknowledge every segment received on the link at once (TCP_QUICKACK after each
-    /// read) instead of every second one or after the delayed-ACK timer: the sender's
-    /// clock stays smooth and a lone segment's loss is seen sooner
+    /// Send the link's pending ACK whenever the gateway reads a lane, and take the lane
+    /// out of Linux's delayed-ACK (ping-pong) mode (TCP_QUICKACK after each read),
+    /// rather than hold it for a second segment or the delayed-ACK timer
     /// (docs/design/wan-striping.md, "Delayed ACKs on the lanes").
     pub quickack: bool,
     /// Link liveness probe period; a connection is declared dead after 5 silent

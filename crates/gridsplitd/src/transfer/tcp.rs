@@ -196,9 +196,9 @@ async fn recv_frame(
 /// Reads what the socket holds and appends the plaintext to `rbuf`: opened
 /// from the lane's ciphertext if `open`, else as read. Ok(0) at end of stream;
 /// otherwise the raw byte count (a read may complete no message yet).
-/// `quickack` (`[wan] quickack`): after a read, the kernel acknowledges what
-/// arrives next at once. Linux drops quick-ACK mode again on its own, so it is
-/// asked for after every read.
+/// `quickack` (`[wan] quickack`): after a read, TCP_QUICKACK sends the ACK the
+/// kernel was holding and leaves delayed-ACK (ping-pong) mode; Linux may enter it
+/// again on its own, so it is asked for after every read.
 pub(crate) fn try_read_lane(
     stream: &TcpStream,
     rbuf: &mut BytesMut,
