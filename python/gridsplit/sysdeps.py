@@ -85,6 +85,15 @@ def build_path(name: str) -> Path | None:
     return root / rel
 
 
+def own_build(name: str) -> tuple[Path, bool]:
+    """For a benchmark that builds what it runs: the binary `name`'s variable names (True), else
+    where this checkout's build leaves it, built yet or not (False)."""
+    named = override(name)
+    if named is not None:
+        return named, True
+    return build_path(name) or Path(BUILT[name][0]), False
+
+
 def built(name: str) -> str:
     """Path of a binary built by this repository, or of the one its variable names."""
     p = override(name)

@@ -206,13 +206,8 @@ backend out
 def gridsplitd_binary(explicit: Path | None) -> tuple[Path, bool]:
     """The gridsplitd to measure, and whether it was named rather than built here:
     --gridsplitd, else $GRIDSPLITD (the override every gridsplit command honours,
-    sysdeps.BUILT), else cargo's release build of this checkout (sysdeps.build_path)."""
-    if explicit is not None:
-        return explicit, True
-    named = sysdeps.override("gridsplitd")
-    if named is not None:
-        return named, True
-    return sysdeps.build_path("gridsplitd") or ROOT / "target/release/gridsplitd", False
+    sysdeps.BUILT), else cargo's release build of this checkout (sysdeps.own_build)."""
+    return (explicit, True) if explicit is not None else sysdeps.own_build("gridsplitd")
 
 
 def build(quiet: bool, cargo: bool = True) -> None:

@@ -211,9 +211,8 @@ def write_configs(d: Path, plan: Plan) -> dict:
 
 def binaries(no_build: bool) -> tuple[Path, Path]:
     """gridsplitd ($GRIDSPLITD, else cargo's release build) and gsload ($GSLOAD, else the
-    same; sysdeps.build_path); `cargo build --release -p gsload -p gridsplitd` if one is missing."""
-    gsd, gsl = (sysdeps.override(n) or sysdeps.build_path(n) or ROOT / sysdeps.BUILT[n][0]
-                for n in ("gridsplitd", "gsload"))
+    same; sysdeps.own_build); `cargo build --release -p gsload -p gridsplitd` if one is missing."""
+    gsd, gsl = (sysdeps.own_build(n)[0] for n in ("gridsplitd", "gsload"))
     missing = [p for p in (gsd, gsl) if not p.is_file()]
     if missing and not no_build:
         err.print("[dim]building gsload and gridsplitd (cargo build --release -p gsload -p gridsplitd)[/dim]")
