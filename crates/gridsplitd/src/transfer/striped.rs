@@ -379,7 +379,7 @@ struct LaneRx {
     rbuf: BytesMut,
     /// The lane's opening state (None: insecure link).
     open: Option<OpenRx>,
-    /// `[wan] quickack`: acknowledge every segment at once (tcp::try_read_lane).
+    /// `[wan] quickack`: send the pending ACK after each read (tcp::try_read_lane).
     quickack: bool,
     /// Pieces received on this lane and not yet appended, in order.
     pieces: VecDeque<(u64, Bytes)>,
