@@ -25,11 +25,12 @@ DECIDE_BELOW = 0.95
 # the policy's "never slower beyond noise").
 TOLERANCE = 0.05
 # MPI library facts the model needs (docs/model.md §5.1, "Protocol"): the largest message sent
-# eagerly (MPICH's, UCX's, is not recorded: v8 shows no rendezvous at 10 KB and one at 100 KB),
+# eagerly (MPICH's is UCX's over TCP: in the lab's pingpong 18 KB arrives in half a round trip,
+# 20 KB in two and a half; results/matrix/2026-11-28-mpich-rendezvous),
 # whether ranks busy-poll (MPICH's UCX has no yield setting; the lab's Open MPI yields), and
 # whether the library's gather is a binomial tree (MPICH) or linear (Open MPI).
 IMPLS = {"openmpi": {"eager": 65536, "poll": False, "tree": False},
-         "mpich": {"eager": 65536, "poll": True, "tree": True}}
+         "mpich": {"eager": 19000, "poll": True, "tree": True}}
 
 
 # Which MPI_Alltoall algorithm a library runs, by communicator size and bytes per rank pair:
