@@ -316,7 +316,7 @@ def advise(topology, nodes, scale, size, ops, impl, params, validation, split_va
         # UCX's rendezvous costs far more across a WAN than the round trip the model charges
         # (results/matrix/2026-11-28-mpich-rendezvous).
         notes.append(f"MPICH (UCX) sends {fmt_size(m)} messages by rendezvous, which across a WAN cost a 100 KB "
-                     f"all-to-all 2.4-4x its eager time on two lab grids, more than this model counts: set UCX_RNDV_THRESH=inf "
+                     f"all-to-all 2.3-4x its eager time on two lab grids, more than this model counts: set UCX_RNDV_THRESH=inf "
                      f"for the ranks (`bench --rank-env`) and measure direct and split with it")
     plogp_ops = [op for op in ops if op in advice.OP_ALGOS]
     res: dict = {}
