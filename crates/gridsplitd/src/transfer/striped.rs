@@ -20,6 +20,12 @@
 //! flow control holds its sender. Per-flow order holds because the whole stream
 //! is rebuilt in order, and one large flow is spread like any other.
 //!
+//! A small piece that ends a burst (no piece follows it within TAIL_DELAY) is
+//! sent once more, on another lane: on a lane carrying a sparse stream, a loss
+//! of a burst's last segments is repaired only by a tail-loss probe, while the
+//! whole link waits for it. The receiver uses the first copy of a piece and
+//! drops a piece numbered below the one it needs next.
+//!
 //! The session layer above (link/) sees one ordered stream, so resuming after an
 //! outage works unchanged: a broken lane ends the whole set, and the next set
 //! starts again at piece 0 from the session's replay point.
@@ -51,6 +57,15 @@ const PIECE_MAX: usize = 64 * 1024;
 /// for an earlier one on another lane, and unparsed reads): while a lane stalls
 /// in loss recovery, about one RTT of the others' traffic.
 const REORDER_MAX: usize = 4 << 20;
+/// Largest piece copied when it ends a burst: a small exchange's message fits; a
+/// larger last piece would cost more bandwidth than the probe it saves.
+const TAIL_COPY_MAX: usize = 16 * 1024;
+/// How long the link must stay without a new piece for the last one to count as a
+/// burst's tail: well under a WAN round trip (the probe it stands in for waits two),
+/// well over the gaps between the pieces of one burst. Copying every small piece at
+/// once instead doubled the link's bytes and flooded the far gateway's port
+/// (docs/design/wan-striping.md, "Copies of a burst's last piece").
+const TAIL_DELAY: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The connections of a striped link; `lanes[0]` carried the handshake.
 pub struct StripedConn {
@@ -133,6 +148,7 @@ impl WanConn for StripedConn {
                 quickack,
                 pieces: VecDeque::new(),
                 held: 0,
+                last: None,
             });
         }
         let piece = PIECE_MAX
@@ -173,6 +189,8 @@ struct TxState {
     lanes: Vec<LaneTx>,
     /// A flusher's write failed: the connection set is dead.
     failed: Option<io::ErrorKind>,
+    /// The last piece sent, if small: (`seq` after it, its lane, its STRIPE frame).
+    tail: Option<(u64, usize, Vec<Bytes>)>,
 }
 
 struct TxShared {
@@ -184,6 +202,8 @@ struct TxShared {
     flush: Vec<Notify>,
     /// A lane became idle again (or failed).
     idle: Notify,
+    /// A piece was sent (wakes the tail task).
+    tail: Notify,
 }
 
 pub struct StripedTx {
@@ -208,15 +228,20 @@ impl StripedTx {
                 next: 0,
                 lanes: (0..k).map(|_| LaneTx::default()).collect(),
                 failed: None,
+                tail: None,
             }),
             flush: (0..k).map(|_| Notify::new()).collect(),
             idle: Notify::new(),
+            tail: Notify::new(),
             streams,
             seals,
         });
         let stop = CancellationToken::new();
         for i in 0..k {
             tokio::spawn(flusher(shared.clone(), i, stop.clone()));
+        }
+        if k > 1 {
+            tokio::spawn(tail_copier(shared.clone(), stop.clone()));
         }
         Self {
             shared,
@@ -254,6 +279,37 @@ async fn flusher(shared: Arc<TxShared>, i: usize, stop: CancellationToken) {
     }
 }
 
+/// After a small piece, waits TAIL_DELAY; if no piece followed, the piece ended a
+/// burst, and a copy of it goes on another lane (copy_tail): a loss of its last
+/// segments would otherwise hold the whole link until its lane's tail-loss probe,
+/// two round trips later, while the copy arrives with the original.
+async fn tail_copier(shared: Arc<TxShared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shared.tail.notified() => {}
+            _ = stop.cancelled() => return,
+        }
+        loop {
+            let seen = shared.state.lock().unwrap().seq;
+            tokio::select! {
+                _ = tokio::time::sleep(TAIL_DELAY) => {}
+                _ = stop.cancelled() => return,
+            }
+            let mut st = shared.state.lock().unwrap();
+            if st.seq != seen {
+                continue;
+            }
+            if let Some((seq, lane, spare)) = st.tail.take() {
+                if seq == seen {
+                    // An error marks the set failed (st.failed): the next send reports it.
+                    let _ = copy_tail(&shared, &mut st, lane, spare);
+                }
+            }
+            break;
+        }
+    }
+}
+
 /// Removes up to `max` bytes from the front of `segs` (slicing, not copying).
 fn cut(segs: &mut Vec<Bytes>, max: usize) -> Vec<Bytes> {
     let mut piece = Vec::new();
@@ -274,6 +330,28 @@ fn cut(segs: &mut Vec<Bytes>, max: usize) -> Vec<Bytes> {
     }
     segs.drain(..used);
     piece
+}
+
+/// Sends a copy of the piece put on lane `i` on the next idle lane that takes it
+/// now, if any: best effort, the piece's number unchanged. No piece was numbered
+/// after it, so every lane's pieces stay in order; the receiver uses whichever
+/// copy comes first and drops the other.
+fn copy_tail(sh: &TxShared, st: &mut TxState, i: usize, mut spare: Vec<Bytes>) -> io::Result<()> {
+    let k = sh.streams.len();
+    let Some(j) = (1..k).map(|d| (i + d) % k).find(|&j| st.lanes[j].idle()) else {
+        return Ok(());
+    };
+    let total: usize = spare.iter().map(|b| b.len()).sum();
+    let seal = sh.seals[j].as_ref();
+    let all = tcp::try_write_lane(&sh.streams[j], seal, &mut spare).inspect_err(|e| {
+        st.failed = Some(e.kind());
+    })?;
+    let left: usize = spare.iter().map(|b| b.len()).sum();
+    if !all && (left < total || tcp::lane_pending(seal)) {
+        st.lanes[j].rest = spare;
+        sh.flush[j].notify_one();
+    }
+    Ok(())
 }
 
 impl WanTxNow for StripedTx {
@@ -307,6 +385,9 @@ impl WanTxNow for StripedTx {
             out.push(Bytes::copy_from_slice(&wire::stripe_header(st.seq, len)));
             out.extend(piece);
             let total = len + HEADER_LEN + STRIPE_HEADER;
+            // A small piece may end a burst: kept (shared, not copied) so that the
+            // tail task can send it again if nothing follows it (TAIL_DELAY).
+            let spare = (k > 1 && len <= TAIL_COPY_MAX).then(|| out.clone());
             let seal = sh.seals[i].as_ref();
             let all = tcp::try_write_lane(&sh.streams[i], seal, &mut out).inspect_err(|e| {
                 st.failed = Some(e.kind());
@@ -327,6 +408,10 @@ impl WanTxNow for StripedTx {
             if !all {
                 st.lanes[i].rest = out;
                 sh.flush[i].notify_one();
+            }
+            st.tail = spare.map(|p| (st.seq, i, p));
+            if st.tail.is_some() {
+                sh.tail.notify_one();
             }
         }
         Ok(segs.is_empty())
@@ -385,6 +470,8 @@ struct LaneRx {
     pieces: VecDeque<(u64, Bytes)>,
     /// Bytes of `pieces`.
     held: usize,
+    /// Number of the last piece this lane carried.
+    last: Option<u64>,
 }
 
 pub struct StripedRx {
@@ -416,8 +503,13 @@ impl StripedRx {
                         "a striped link's connection carries only STRIPE frames",
                     ));
                 };
-                if l.pieces.back().is_some_and(|&(s, _)| s >= seq) || seq < self.next {
+                if l.last.is_some_and(|s| s >= seq) {
                     return Err(violation("piece out of order on its connection"));
+                }
+                l.last = Some(seq);
+                if seq < self.next {
+                    // The copy of a piece already used (copy_tail).
+                    continue;
                 }
                 l.held += data.len();
                 l.pieces.push_back((seq, data));
@@ -426,6 +518,10 @@ impl StripedRx {
         let mut grew = false;
         'next: loop {
             for l in &mut self.lanes {
+                while l.pieces.front().is_some_and(|&(s, _)| s < self.next) {
+                    let (_, data) = l.pieces.pop_front().unwrap();
+                    l.held -= data.len();
+                }
                 if l.pieces.front().is_some_and(|&(s, _)| s == self.next) {
                     let (_, data) = l.pieces.pop_front().unwrap();
                     l.held -= data.len();
@@ -541,6 +637,7 @@ mod tests {
             quickack: false,
             pieces: VecDeque::new(),
             held: 0,
+            last: None,
         };
         let mut rx = StripedRx {
             lanes: vec![lane(a), lane(b)],
@@ -562,11 +659,62 @@ mod tests {
         assert!(rx.try_recv().unwrap().is_none());
         put(&mut rx, 0, 0, &ping[..5]);
         assert_eq!(rx.try_recv().unwrap(), Some(Frame::Ping { token: 7 }));
-        put(&mut rx, 1, 1, b"x");
+        // A copy of piece 1 on lane 0 comes after it was used: dropped.
+        put(&mut rx, 0, 1, &ping[5..]);
+        assert!(rx.try_recv().unwrap().is_none());
+        put(&mut rx, 1, 2, &ping);
+        assert_eq!(rx.try_recv().unwrap(), Some(Frame::Ping { token: 7 }));
+        put(&mut rx, 1, 2, b"x");
         assert!(
             rx.try_recv().is_err(),
-            "a piece already used is a violation"
+            "a lane going backwards is a violation"
         );
+    }
+
+    /// A small piece that nothing follows is sent again on the other lane after
+    /// TAIL_DELAY; the receiver has used the first copy and drops the second.
+    #[tokio::test]
+    async fn a_bursts_last_small_piece_is_copied_and_the_copy_dropped() {
+        let (a0, b0) = pair().await;
+        let (a1, b1) = pair().await;
+        let tx = StripedTx::start(
+            vec![Arc::new(a0), Arc::new(a1)],
+            vec![None, None],
+            PIECE_MAX,
+            WRITE_BATCH,
+        );
+        let lane = |s: TcpStream| LaneRx {
+            stream: Arc::new(s),
+            rbuf: BytesMut::new(),
+            open: None,
+            quickack: false,
+            pieces: VecDeque::new(),
+            held: 0,
+            last: None,
+        };
+        let mut rx = StripedRx {
+            lanes: vec![lane(b0), lane(b1)],
+            next: 0,
+            start: 0,
+            stream: BytesMut::new(),
+            max: 1 << 20,
+        };
+        let ping = Frame::Ping { token: 7 }.to_bytes();
+        assert_eq!(tx.try_send_slice(&ping).unwrap(), ping.len());
+        assert_eq!(rx.recv().await.unwrap(), Frame::Ping { token: 7 });
+        assert_eq!(rx.lanes[0].last, Some(0));
+        // The copy comes on lane 1 with the same number, after the piece was used.
+        tokio::time::timeout(TAIL_DELAY * 500, rx.fill())
+            .await
+            .expect("the copy arrives")
+            .unwrap();
+        assert!(rx.try_recv().unwrap().is_none());
+        assert_eq!(rx.lanes[1].last, Some(0));
+        assert_eq!(rx.lanes[1].held, 0, "the copy is dropped, not queued");
+        // The link goes on with the next piece.
+        let pong = Frame::Ping { token: 8 }.to_bytes();
+        assert_eq!(tx.try_send_slice(&pong).unwrap(), pong.len());
+        assert_eq!(rx.recv().await.unwrap(), Frame::Ping { token: 8 });
     }
 
     async fn pair() -> (TcpStream, TcpStream) {
