@@ -202,7 +202,7 @@ struct TxShared {
     flush: Vec<Notify>,
     /// A lane became idle again (or failed).
     idle: Notify,
-    /// A piece was sent (wakes the tail task).
+    /// A small piece was sent (wakes the tail task).
     tail: Notify,
 }
 
