@@ -630,22 +630,7 @@ mod tests {
     async fn pieces_are_put_back_in_order() {
         let (a, _a2) = pair().await;
         let (b, _b2) = pair().await;
-        let lane = |s: TcpStream| LaneRx {
-            stream: Arc::new(s),
-            rbuf: BytesMut::new(),
-            open: None,
-            quickack: false,
-            pieces: VecDeque::new(),
-            held: 0,
-            last: None,
-        };
-        let mut rx = StripedRx {
-            lanes: vec![lane(a), lane(b)],
-            next: 0,
-            start: 0,
-            stream: BytesMut::new(),
-            max: 1 << 20,
-        };
+        let mut rx = receiver(vec![a, b]);
         let ping = Frame::Ping { token: 7 }.to_bytes();
         let put = |rx: &mut StripedRx, lane: usize, seq: u64, d: &[u8]| {
             let f = Frame::Stripe {
@@ -683,22 +668,7 @@ mod tests {
             PIECE_MAX,
             WRITE_BATCH,
         );
-        let lane = |s: TcpStream| LaneRx {
-            stream: Arc::new(s),
-            rbuf: BytesMut::new(),
-            open: None,
-            quickack: false,
-            pieces: VecDeque::new(),
-            held: 0,
-            last: None,
-        };
-        let mut rx = StripedRx {
-            lanes: vec![lane(b0), lane(b1)],
-            next: 0,
-            start: 0,
-            stream: BytesMut::new(),
-            max: 1 << 20,
-        };
+        let mut rx = receiver(vec![b0, b1]);
         let ping = Frame::Ping { token: 7 }.to_bytes();
         assert_eq!(tx.try_send_slice(&ping).unwrap(), ping.len());
         assert_eq!(rx.recv().await.unwrap(), Frame::Ping { token: 7 });
@@ -715,6 +685,29 @@ mod tests {
         let pong = Frame::Ping { token: 8 }.to_bytes();
         assert_eq!(tx.try_send_slice(&pong).unwrap(), pong.len());
         assert_eq!(rx.recv().await.unwrap(), Frame::Ping { token: 8 });
+    }
+
+    /// An insecure striped receiver over `streams`, one lane each.
+    fn receiver(streams: Vec<TcpStream>) -> StripedRx {
+        let lanes = streams
+            .into_iter()
+            .map(|s| LaneRx {
+                stream: Arc::new(s),
+                rbuf: BytesMut::new(),
+                open: None,
+                quickack: false,
+                pieces: VecDeque::new(),
+                held: 0,
+                last: None,
+            })
+            .collect();
+        StripedRx {
+            lanes,
+            next: 0,
+            start: 0,
+            stream: BytesMut::new(),
+            max: 1 << 20,
+        }
     }
 
     async fn pair() -> (TcpStream, TcpStream) {
