@@ -189,8 +189,9 @@ struct TxState {
     lanes: Vec<LaneTx>,
     /// A flusher's write failed: the connection set is dead.
     failed: Option<io::ErrorKind>,
-    /// The last piece sent, if small: (`seq` after it, its lane, its STRIPE frame).
-    tail: Option<(u64, usize, Vec<Bytes>)>,
+    /// The last piece sent, if small: (its lane, its STRIPE frame). Every piece
+    /// replaces it, so it is always the piece numbered `seq - 1`.
+    tail: Option<(usize, Vec<Bytes>)>,
 }
 
 struct TxShared {
@@ -299,11 +300,9 @@ async fn tail_copier(shared: Arc<TxShared>, stop: CancellationToken) {
             if st.seq != seen {
                 continue;
             }
-            if let Some((seq, lane, spare)) = st.tail.take() {
-                if seq == seen {
-                    // An error marks the set failed (st.failed): the next send reports it.
-                    let _ = copy_tail(&shared, &mut st, lane, spare);
-                }
+            if let Some((lane, spare)) = st.tail.take() {
+                // An error marks the set failed (st.failed): the next send reports it.
+                let _ = copy_tail(&shared, &mut st, lane, spare);
             }
             break;
         }
@@ -336,22 +335,39 @@ fn cut(segs: &mut Vec<Bytes>, max: usize) -> Vec<Bytes> {
 /// now, if any: best effort, the piece's number unchanged. No piece was numbered
 /// after it, so every lane's pieces stay in order; the receiver uses whichever
 /// copy comes first and drops the other.
-fn copy_tail(sh: &TxShared, st: &mut TxState, i: usize, mut spare: Vec<Bytes>) -> io::Result<()> {
+fn copy_tail(sh: &TxShared, st: &mut TxState, i: usize, spare: Vec<Bytes>) -> io::Result<()> {
     let k = sh.streams.len();
     let Some(j) = (1..k).map(|d| (i + d) % k).find(|&j| st.lanes[j].idle()) else {
         return Ok(());
     };
-    let total: usize = spare.iter().map(|b| b.len()).sum();
-    let seal = sh.seals[j].as_ref();
-    let all = tcp::try_write_lane(&sh.streams[j], seal, &mut spare).inspect_err(|e| {
+    put_on_lane(sh, st, j, spare).map(|_| ())
+}
+
+/// Writes the STRIPE frame `out` on lane `i` as far as its socket takes it; a
+/// rest goes to the lane's flusher. `Some(out)`, untouched, when nothing went
+/// (and no sealed message is pending on the lane): the piece is not the lane's.
+fn put_on_lane(
+    sh: &TxShared,
+    st: &mut TxState,
+    i: usize,
+    mut out: Vec<Bytes>,
+) -> io::Result<Option<Vec<Bytes>>> {
+    let total: usize = out.iter().map(|b| b.len()).sum();
+    let seal = sh.seals[i].as_ref();
+    let all = tcp::try_write_lane(&sh.streams[i], seal, &mut out).inspect_err(|e| {
         st.failed = Some(e.kind());
     })?;
-    let left: usize = spare.iter().map(|b| b.len()).sum();
-    if !all && (left < total || tcp::lane_pending(seal)) {
-        st.lanes[j].rest = spare;
-        sh.flush[j].notify_one();
+    let left: usize = out.iter().map(|b| b.len()).sum();
+    // A sealed piece whose first message went in part is this lane's: its rest
+    // must follow on the same connection.
+    if left == total && !tcp::lane_pending(seal) {
+        return Ok(Some(out));
     }
-    Ok(())
+    if !all {
+        st.lanes[i].rest = out;
+        sh.flush[i].notify_one();
+    }
+    Ok(None)
 }
 
 impl WanTxNow for StripedTx {
@@ -384,18 +400,10 @@ impl WanTxNow for StripedTx {
             let mut out = Vec::with_capacity(piece.len() + 1);
             out.push(Bytes::copy_from_slice(&wire::stripe_header(st.seq, len)));
             out.extend(piece);
-            let total = len + HEADER_LEN + STRIPE_HEADER;
             // A small piece may end a burst: kept (shared, not copied) so that the
             // tail task can send it again if nothing follows it (TAIL_DELAY).
             let spare = (k > 1 && len <= TAIL_COPY_MAX).then(|| out.clone());
-            let seal = sh.seals[i].as_ref();
-            let all = tcp::try_write_lane(&sh.streams[i], seal, &mut out).inspect_err(|e| {
-                st.failed = Some(e.kind());
-            })?;
-            let left: usize = out.iter().map(|b| b.len()).sum();
-            // A sealed piece whose first message went in part is this lane's:
-            // its rest must follow on the same connection.
-            if left == total && !tcp::lane_pending(seal) {
+            if let Some(mut out) = put_on_lane(sh, &mut st, i, out)? {
                 // Nothing went: the piece is not this lane's after all.
                 full |= 1 << i;
                 let mut back = out.split_off(1);
@@ -405,11 +413,7 @@ impl WanTxNow for StripedTx {
             }
             st.seq += 1;
             st.next = (i + 1) % k;
-            if !all {
-                st.lanes[i].rest = out;
-                sh.flush[i].notify_one();
-            }
-            st.tail = spare.map(|p| (st.seq, i, p));
+            st.tail = spare.map(|p| (i, p));
             if st.tail.is_some() {
                 sh.tail.notify_one();
             }
