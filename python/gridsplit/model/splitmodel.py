@@ -17,7 +17,9 @@ gateways) and the four things splitting changes, each a term of its own:
   RTT; a direct connection idle for longer than its RTO halves its window per RTO,
   the gateways' WAN links never do (tcp_slow_start_after_idle = 0);
 * random WAN loss (`mathis_mbps`): one connection per rank pair direct, K
-  striped connections per split link (gateway.wan_streams).
+  striped connections per split link (gateway.wan_streams);
+* a WAN flow beside a LAN flow at one port (`lan_rival_s`, halos): it loses every round trip
+  while the LAN flow lasts, then crawls back from two segments at WAN round trips.
 
 A cell's time is the operation's latency rounds (the same in both modes, plus
 the relays' cost per crossing when split), plus the time its bytes take through
@@ -39,7 +41,7 @@ from ..capacity import (LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_ada
 from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
-                         recovery_s, restart_window, slow_start_s, steady_rate, fed_port_excess, half_duplex,
+                         recovery_s, restart_window, slow_start_s, lan_rival_s, steady_rate, fed_port_excess, half_duplex,
                          clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
 
 # -- the grid ----------------------------------------------------------------
@@ -264,7 +266,7 @@ def _half_duplex_sites(topo: Topology, flows: Counter, split: frozenset[frozense
     return frozenset(s for s, f in flows.items() if s in both and half_duplex(lan_window_budget(topo, s), f))
 
 
-def _far_ports(topo: Topology, job: Job, msgs: Counter, relay) -> dict[tuple[str, str], tuple[float, ...]]:
+def _far_ports(topo: Topology, job: Job, msgs: Counter, relay, rivals: bool = False) -> dict[tuple[str, str], tuple[float, ...]]:
     """For each relayed crossing (a, b) among `msgs` ((site, site) -> messages sent at once),
     what meets b's gateway port (term (h)), per gateway of b: the flight a's WAN link brings in,
     the rate of every relayed peer's link into it (each at its pacing rate: under adaptive pacing
@@ -284,20 +286,25 @@ def _far_ports(topo: Topology, job: Job, msgs: Counter, relay) -> dict[tuple[str
             port, floor = (Bps(v) for v in adaptive)
             pace = {x: min(r, max(floor, port - min(site.nodes, msgs[(b, x)] if relay(b, x) else 0)
                                   * Bps(site.nic_mbps) / g)) for x, r in pace.items()}
+        # What b's own relayed senders put through that port: the link's LAN rival (term (j)).
+        sent = sum(n for (x, y), n in msgs.items() if x == b and relay(x, y)) * job.size / g
         for x, link in pace.items():
-            out[(x, b)] = (msgs[(x, b)] * job.size / g, sum(pace.values()), senders * Bps(site.nic_mbps) / g, link)
+            out[(x, b)] = (msgs[(x, b)] * job.size / g, sum(pace.values()), senders * Bps(site.nic_mbps) / g, link,
+                           sent / Bps(site.host_nic_mbps("gateway")) if rivals else 0.0)
     return out
 
 
 def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: float, volume: float,
-              idle: float = 0.0, far: tuple[float, ...] | None = None, fan_in: int = 2) -> dict[str, float]:
+              idle: float = 0.0, far: tuple[float, ...] | None = None, fan_in: int = 2,
+              rival: float = 0.0) -> dict[str, float]:
     """The parts of one rank pair's message once its step starts: the protocol's crossings, the
     bytes at the pair's share of its path, the window a direct WAN connection resumes with
     after `idle` and its slow start, the loss rounds of its first flight and the regrowth
     after them, the relayed flow's window over the WAN RTT, random loss per connection or stream;
     relayed, the loss rounds of its WAN link's flight at the far gateway's port (`far`, from
     `_far_ports`) and the link's regrowth after them. `fan_in`: the flows whose first flights
-    meet at the receiver's port at once."""
+    meet at the receiver's port at once. `rival`: seconds a LAN flow drains into the
+    receiver's port beside a direct WAN connection (term (j), `lan_rival_s`)."""
     if a.name == b.name:
         return {"latency": LAN_RTT_S * (1.5 if job.rendezvous else 0.5), "transfer": volume / share}
     w = topo.wan(a.name, b.name)
@@ -310,16 +317,25 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
         if far:
             # A paced link brings at most its rate times the RTT into the far port per round trip:
             # a larger message is several flights, which the window's regrowth (below) covers.
-            flight, wan_in, lan_in, link = far
-            flight = min(flight, link * rtt)
+            carried, wan_in, lan_in, link, rival = far
+            flight = min(carried, link * rtt)
             lost = shared_port_rounds(flight, b.switch_buffer_bytes, Bps(b.host_nic_mbps("gateway")), wan_in, lan_in)
-            if lost:
+            if lost and rival > rtt:
+                # Term (j) on the link: its site's senders are the port's LAN rival while they last.
+                k = streams_for(topo, a, b, job)
+                out["incast"] = lan_rival_s(carried, flight, link, rtt, rival, k) - carried / link
+            elif lost:
                 # The link's one window lost at once: fast retransmit a WAN RTT later, then it
                 # regrows from BETA of the flight (as a direct connection after incast, below).
                 out["incast"] = lost * recovery_s(flight, rtt) + ramp_s(flight, BETA * flight, link, rtt, MSS)
         return out
     rate = random_loss_rate(share, volume, rtt, w.loss, 1)
     w0 = restart_window(rate * rtt, idle, rtt)
+    if rival > rtt:
+        # Kept at the floor while the LAN flow lasts, then regrowing from it: this replaces the
+        # first flight's rounds below, which it includes (every round trip loses).
+        return {"latency": lat, "transfer": volume / rate,
+                "incast": lan_rival_s(volume, w0, rate, rtt, rival) - volume / rate}
     # Pairwise steps are not aligned: the first flight meets the previous step's flow still
     # draining into the receiver's port (two flows at its rate), so the port queues all of it.
     # All at once, the flights of every rank of the sender's site (one distance) meet there:
@@ -493,11 +509,22 @@ def _halo(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dict:
     # Each connection carries one message per repetition, idle for the rest of it.
     idle = lat + times[bottleneck]
     worst = None
-    far = _far_ports(topo, job, msgs, lambda a, b: relay(topo.site(a), topo.site(b)))
+    far = _far_ports(topo, job, msgs, lambda a, b: relay(topo.site(a), topo.site(b)), rivals=True)
+    # Term (j): a direct crossing into a rank whose other neighbour's message reaches it at LAN
+    # round trips (a neighbour of its own site, or a relayed one from its gateway) shares that
+    # rank's port with it for as long as that message drains, at half a NIC (its sender sends
+    # both of its messages at once).
+    rivals = set()
+    for i, x in enumerate(ranks):
+        for j, k in (((i - 1) % P, (i + 1) % P), ((i + 1) % P, (i - 1) % P)):
+            y, z = ranks[j], ranks[k]
+            if y.name != x.name and not relay(y, x) and (z.name == x.name or relay(z, x)) and j != k:
+                rivals.add((y.name, x.name))
     for a, b in crossing:
         share = min(bps / users[r] for r, bps in route[(a, b)])
+        rival = 2 * job.size / Bps(topo.site(b).nic_mbps) if (a, b) in rivals else 0.0
         t = _transfer(topo, job, topo.site(a), topo.site(b), relay(topo.site(a), topo.site(b)), share, job.size, idle,
-                      far.get((a, b)))
+                      far.get((a, b)), rival=rival)
         if worst is None or sum(t.values()) > sum(worst.values()):
             worst = t
     if worst and sum(worst.values()) > sum(parts.values()):

@@ -15,6 +15,7 @@ IW = 10 * MSS                    # Linux's initial window, RFC 6928
 BETA = 0.7                       # CUBIC's multiplicative decrease
 DUPACK_WINDOW = 4 * MSS          # a lost segment needs three behind it for fast retransmit
 RTO_MIN = 0.2                    # Linux's minimum retransmission timeout, s
+FLOOR_WINDOW = 2 * MSS           # the smallest window Linux's loss response leaves (its ssthresh floor)
 RELAY_S = 110e-6                 # one crossing through the two gateways (relay-latency.md: 0.10-0.12 ms)
 OPS = ("gather", "bcast", "alltoall", "halo", "pingpong")
 EXCHANGES = ("alltoall", "halo")   # ops that span every site of the grid
@@ -144,6 +145,27 @@ def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) 
         sent += w
         w = w + add if add else 2 * w
     return idle
+
+
+def lan_rival_s(volume: float, w0: float, rate: float, rtt: float, rival: float, conns: int = 1) -> float:
+    """Term (j), docs/model.md §5.1: the time a direct WAN connection takes to deliver `volume`
+    when a LAN flow drains into the receiver's drop-tail port beside it for `rival` seconds.
+    The LAN flow refills the port's buffer within its own sub-millisecond round trip, so every
+    WAN round trip meets a full queue and loses: the WAN window falls by BETA per round trip,
+    down to Linux's floor of two segments, sending that window each round trip. Once the LAN
+    flow has drained, the rest leaves from the window it fell to, one segment more per round trip
+    (ramp_s; CUBIC's plateau is that window, so it grows like Reno). `conns`: the connections
+    of a striped link, each with its own floor and segment per round trip. Without a rival: the
+    bytes at the rate, and the round trips a window `w0` below the pipe leaves empty."""
+    sent, w, t = 0.0, w0, 0.0
+    while t + rtt <= rival and sent < volume:
+        sent += min(w, volume - sent)
+        w = max(conns * FLOOR_WINDOW, w * BETA)
+        t += rtt
+    if sent >= volume:
+        return t
+    rest = volume - sent
+    return max(t, rival) + rest / rate + ramp_s(rest, w, rate, rtt, conns * MSS)
 
 
 def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:

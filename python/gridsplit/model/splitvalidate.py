@@ -54,19 +54,19 @@ REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # for either pacing (a revealed grid, run after the eighth). And ev4 and the eighth again with adaptive
 # pacing shared among a striped link's streams, run after both were revealed. And the paper grid
 # with the policy told the job gathers (policy_ops), a grid the terms were fitted on.
+# And the fifth, seventh and eighth held-out grids and the lossy application grid: term (j)
+# (docs/model.md §5.1) was written after their halos were seen (2026-11-28).
 REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-27-holdout3-policy",
                  "results/matrix/2026-11-27-holdout4", "results/matrix/2026-11-27-holdout6",
                  "results/matrix/2026-11-27-adaptive-pacing", "results/matrix/2026-11-27-adaptive-policy",
-                 "results/matrix/2026-11-27-striped-pacing", "results/matrix/2026-11-27-policy-jobs")
-# Grids the model's terms were not settled on, predicted before they were measured and scored apart:
-# the fifth and the seventh held-out grids (predictions: results/model/2026-11-27-holdout5-predictions,
-# -holdout7-predictions); no change since the fifth's predictions moves any of its cells. And the
-# joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README). And the
-# eighth, run with adaptive WAN pacing (predictions: results/model/2026-11-27-holdout8-predictions).
-# And the lossy application grid's collectives (predictions: results/model/2026-11-28-lossy-apps-predictions).
-HELD_OUT_DIR = "results/matrix/2026-11-27-holdout7"
-HELD_OUT_DIRS = ("results/matrix/2026-11-27-holdout5", HELD_OUT_DIR, "results/matrix/2026-11-27-joint-check",
+                 "results/matrix/2026-11-27-striped-pacing", "results/matrix/2026-11-27-policy-jobs",
+                 "results/matrix/2026-11-27-holdout5", "results/matrix/2026-11-27-holdout7",
                  "results/matrix/2026-11-27-holdout8", "results/matrix/2026-11-28-lossy-apps")
+# Grids the model's terms were not settled on, predicted before they were measured and scored apart:
+# the joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README), and
+# the ninth held-out grid, the first after term (j) (predictions: results/model/2026-11-28-holdout9-predictions).
+HELD_OUT_DIR = "results/matrix/2026-11-28-holdout9"
+HELD_OUT_DIRS = ("results/matrix/2026-11-27-joint-check", HELD_OUT_DIR)
 # The committed measurements this validation reads by default (relative to the repository), and
 # every JSONL of REVEALED_GLOB, REVEALED_DIRS and HELD_OUT_DIRS (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
