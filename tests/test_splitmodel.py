@@ -399,27 +399,23 @@ def test_split_halo_counts_both_directions_through_the_gateway():
 
 
 def test_a_wan_flow_beside_a_lan_flow_falls_to_the_floor_and_crawls_back():
-    """§5.1 (j): a direct WAN connection that shares its receiver's port with a LAN flow loses in
-    every round trip while the LAN flow lasts, then sends the rest from two segments, one more
-    per round trip; relayed, every flow into the port comes at LAN round trips, and the WAN
-    link meets the same rival only at its far gateway's port."""
+    """§5.1 (j): a direct WAN connection that shares its receiver's port with a LAN flow loses
+    what it sends while the LAN flow lasts, its window falling by β per round trip to two
+    segments, then sends its message from there, one segment more per round trip; relayed,
+    every flow into the port comes at LAN round trips."""
     rtt, volume = 0.020, 1_000_000
-    w0 = 300_000                                # above the pipe (239 KB)
-    assert ST.lan_rival_s(volume, w0, C100, rtt, 0.0) == pytest.approx(volume / C100)
-    # A rival of 0.2 s against a window restarted at 60 KB: 10 round trips of 60 KB x 0.7^k (down
-    # to 2 segments), then the crawl.
-    w0 = 60_000
-    sent, w = 0.0, float(w0)
-    for _ in range(10):
-        sent, w = sent + w, max(2 * SM.MSS, 0.7 * w)
-    rest, k, crawl = volume - sent, 0, 0.0
-    while crawl + w + k * SM.MSS < rest:       # whole rounds below the pipe, the last one ends it
-        crawl, k = crawl + w + k * SM.MSS, k + 1
-    want = 0.2 + rest / C100 + k * rtt - crawl / C100
-    assert ST.lan_rival_s(volume, w0, C100, rtt, 0.2) == pytest.approx(want)
-    assert 5 * volume / C100 < want < 60 * rtt
+    # A rival of 0.2 s (10 round trips) against a window restarted at 60 KB: 60 KB x 0.7^10 is
+    # under the floor, so the message leaves from 2 segments, in whole rounds below the pipe.
+    w, k, sent = 2 * SM.MSS, 0, 0.0
+    while sent + w + k * SM.MSS < volume:
+        sent, k = sent + w + k * SM.MSS, k + 1
+    want = 0.2 + volume / C100 + k * rtt - sent / C100
+    assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.2) == pytest.approx(want)
+    assert 30 < k < 45 and 0.2 + 30 * rtt < want       # about sqrt(2 x 690) round trips
+    # A short rival leaves more window: 60 KB x 0.7 after one round trip.
+    assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.03) < want - 0.15
     # Four striped connections keep four floors and add four segments per round trip.
-    assert ST.lan_rival_s(volume, w0, C100, rtt, 0.2, 4) < want
+    assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.2, 4) < want
     # The ring of gw_topo (root 1 node, far 4): a far node takes the root's message beside its far
     # neighbour's, so direct that crossing crawls; relayed, the root's message reaches it from far's
     # gateway at LAN round trips, and the link into that gateway's port does not overrun it here.

@@ -150,22 +150,15 @@ def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) 
 def lan_rival_s(volume: float, w0: float, rate: float, rtt: float, rival: float, conns: int = 1) -> float:
     """Term (j), docs/model.md §5.1: the time a direct WAN connection takes to deliver `volume`
     when a LAN flow drains into the receiver's drop-tail port beside it for `rival` seconds.
-    The LAN flow refills the port's buffer within its own sub-millisecond round trip, so every
-    WAN round trip meets a full queue and loses: the WAN window falls by BETA per round trip,
-    down to Linux's floor of two segments, sending that window each round trip. Once the LAN
-    flow has drained, the rest leaves from the window it fell to, one segment more per round trip
-    (ramp_s; CUBIC's plateau is that window, so it grows like Reno). `conns`: the connections
-    of a striped link, each with its own floor and segment per round trip. Without a rival: the
-    bytes at the rate, and the round trips a window `w0` below the pipe leaves empty."""
-    sent, w, t = 0.0, w0, 0.0
-    while t + rtt <= rival and sent < volume:
-        sent += min(w, volume - sent)
-        w = max(conns * FLOOR_WINDOW, w * BETA)
-        t += rtt
-    if sent >= volume:
-        return t
-    rest = volume - sent
-    return max(t, rival) + rest / rate + ramp_s(rest, w, rate, rtt, conns * MSS)
+    The LAN flow refills the port's buffer within its own sub-millisecond round trip, so what
+    the WAN connection sends meanwhile is lost: its window falls by BETA per round trip (down to
+    Linux's floor of two segments) and it delivers next to nothing. Once the LAN flow has
+    drained, the whole message leaves from the window it fell to, one segment more per round
+    trip (ramp_s; CUBIC's plateau is that window, so it grows as Reno does). `conns`: the
+    connections of a striped link, each with its own floor and segment per round trip."""
+    rounds = int(rival // rtt)
+    w = max(conns * FLOOR_WINDOW, w0 * BETA ** min(rounds, 60))
+    return rival + volume / rate + ramp_s(volume, w, rate, rtt, conns * MSS)
 
 
 def slow_start_s(volume: float, flows: int, w0: float, rate: float, rtt: float) -> float:
