@@ -416,6 +416,14 @@ def test_a_wan_flow_beside_a_lan_flow_falls_to_the_floor_and_crawls_back():
     assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.03) < want - 0.15
     # Four striped connections keep four floors and add four segments per round trip.
     assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.2, 4) < want
+    # A gather of every node (`-n all`): the root's own site's senders are the LAN rival of each
+    # direct remote group of Open MPI's linear gather; with the root alone on its site, no crawl.
+    from dataclasses import replace
+    from gridsplit.topology_file import load_topology
+    h9 = load_topology(str(ROOT / "results/matrix/2026-11-28-holdout9/holdout9.toml"))
+    alone = replace(h9, sites=[h9.sites[0], replace(h9.sites[1], nodes=1), h9.sites[2]])
+    gather = lambda t, impl: SM.all_to_one(t, SM.Job("gather", 1_000_000, impl), set())["parts"]
+    assert gather(h9, "openmpi")["incast"] > gather(alone, "openmpi")["incast"] + 0.05
     # The ring of gw_topo (root 1 node, far 4): a far node takes the root's message beside its far
     # neighbour's, so direct that crossing crawls; relayed, the root's message reaches it from far's
     # gateway at LAN round trips, and the link into that gateway's port does not overrun it here.

@@ -39,7 +39,7 @@ from ..errors import GridsplitError
 from ..capacity import (LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_adaptive_pacing, wan_pacing_mbps,
                         wan_streams)
 from ..topology import Site, Topology
-from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
+from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, FLOOR_WINDOW, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
                          recovery_s, restart_window, slow_start_s, lan_rival_s, steady_rate, fed_port_excess, half_duplex,
                          clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
@@ -210,9 +210,22 @@ def all_to_one(topo: Topology, job: Job, split, gather: bool = True) -> dict:
             groups.append((c * job.size, {"latency": LAN_RTT_S * (1.5 if job.rendezvous else 0.5),
                                           "transfer": c * job.size / nic}))
             continue
-        g = one_to_many(topo, replace(job, senders=c), frozenset((x.name, root.name)) in split, gather,
-                        (x, root), total)
-        groups.append((c * job.size, g["parts"]))
+        relayed = frozenset((x.name, root.name)) in split
+        g = one_to_many(topo, replace(job, senders=c), relayed, gather, (x, root), total)
+        parts = g["parts"]
+        # (MPICH's binomial tree sends the root a few subtrees' bytes at once instead: not this.)
+        local = (root.nodes - 1) * job.size / nic if gather and not job.lib["tree"] else 0.0
+        rtt = topo.wan(x.name, root.name).rtt_ms / 1e3
+        if not relayed and local > rtt:
+            # Term (j): the root's own site's senders reach its port at LAN round trips; while they
+            # drain, this group's WAN flows lose what they send and fall by BETA per round trip,
+            # then the group's bytes leave from there, a segment more per flow per round trip.
+            rate, flows = g["rate_Bps"], g["flows"]
+            w = max(flows * FLOOR_WINDOW, rate * rtt * BETA ** min(int(local // rtt), 60))
+            crawl = ramp_s(c * job.size, w, rate, rtt, flows * MSS)
+            if crawl > parts["slow_start"] + parts["incast"]:
+                parts = {**parts, "slow_start": 0.0, "incast": crawl}
+        groups.append((c * job.size, parts))
     transfer = max(p["transfer"] + (vol - v) / nic for v, p in groups)
     slowest = max((p for _, p in groups), key=lambda p: sum(v for k, v in p.items() if k != "transfer"))
     parts = {**slowest, "transfer": transfer}

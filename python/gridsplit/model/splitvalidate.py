@@ -55,17 +55,20 @@ REVEALED_GLOB = "results/matrix/2026-11-26-evidence/*.jsonl"
 # pacing shared among a striped link's streams, run after both were revealed. And the paper grid
 # with the policy told the job gathers (policy_ops), a grid the terms were fitted on.
 # And the fifth, seventh and eighth held-out grids and the lossy application grid: term (j)
-# (docs/model.md §5.1) was written after their halos were seen (2026-11-28).
+# (docs/model.md §5.1) was written after their halos were seen (2026-11-28); and the ninth, whose
+# gathers (j) was extended to after they were seen.
 REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-27-holdout3-policy",
                  "results/matrix/2026-11-27-holdout4", "results/matrix/2026-11-27-holdout6",
                  "results/matrix/2026-11-27-adaptive-pacing", "results/matrix/2026-11-27-adaptive-policy",
                  "results/matrix/2026-11-27-striped-pacing", "results/matrix/2026-11-27-policy-jobs",
                  "results/matrix/2026-11-27-holdout5", "results/matrix/2026-11-27-holdout7",
-                 "results/matrix/2026-11-27-holdout8", "results/matrix/2026-11-28-lossy-apps")
+                 "results/matrix/2026-11-27-holdout8", "results/matrix/2026-11-28-lossy-apps",
+                 "results/matrix/2026-11-28-holdout9")
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
 # the joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README), and
-# the ninth held-out grid, the first after term (j) (predictions: results/model/2026-11-28-holdout9-predictions).
-HELD_OUT_DIR = "results/matrix/2026-11-28-holdout9"
+# the tenth held-out grid, the first after term (j) reached gathers (predictions:
+# results/model/2026-11-28-holdout10-predictions).
+HELD_OUT_DIR = "results/matrix/2026-11-28-holdout10"
 HELD_OUT_DIRS = ("results/matrix/2026-11-27-joint-check", HELD_OUT_DIR)
 # The committed measurements this validation reads by default (relative to the repository), and
 # every JSONL of REVEALED_GLOB, REVEALED_DIRS and HELD_OUT_DIRS (default_files).
