@@ -411,7 +411,7 @@ def test_a_wan_flow_beside_a_lan_flow_falls_to_the_floor_and_crawls_back():
         sent, k = sent + w + k * SM.MSS, k + 1
     want = 0.2 + volume / C100 + k * rtt - sent / C100
     assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.2) == pytest.approx(want)
-    assert 30 < k < 45 and 0.2 + 30 * rtt < want       # about sqrt(2 x 690) round trips
+    assert ST.fallen_window(60_000, 0.2, rtt) == 2 * SM.MSS
     # A short rival leaves more window: 60 KB x 0.7 after one round trip.
     assert ST.lan_rival_s(volume, 60_000, C100, rtt, 0.03) < want - 0.15
     # Four striped connections keep four floors and add four segments per round trip.
@@ -431,6 +431,20 @@ def test_a_wan_flow_beside_a_lan_flow_falls_to_the_floor_and_crawls_back():
     d, s = SM.halo(topo, job, set()), SM.halo(topo, job, {("far", "root")})
     assert d["parts"]["incast"] > d["parts"]["transfer"]     # the crawl outlasts the bytes
     assert s["parts"]["incast"] < d["parts"]["incast"]
+    # Relayed, the link crawls at the far gateway's port while that site's own relayed sends drain
+    # through it: h1 (one node a site, full pacing) loses there at 1 MB ((h)); with (j) the link's
+    # flight falls to the floor, so it costs more than (h)'s one round and regrowth. West's own 2 MB
+    # take 42 ms at its 400 Mb/s gateway NIC, over two of the link's 20 ms round trips.
+    h1 = load_topology(str(ROOT / "results/matrix/2026-11-27-halo-diagnosis/h1.toml"))
+    job = SM.Job("halo", 1_000_000)
+    msgs = {("east", "west"): 2, ("west", "east"): 2}
+    relay = lambda a, b: a != b
+    far = SM._far_ports(h1, job, msgs, relay, rivals=True)
+    assert all(v[4] > 0.020 for v in far.values()) and all(v[4] == 0 for v in SM._far_ports(h1, job, msgs, relay).values())
+    east, west = h1.site("east"), h1.site("west")
+    with_j = SM._transfer(h1, job, east, west, True, SM.Bps(100), job.size, far=far[("east", "west")])
+    without = SM._transfer(h1, job, east, west, True, SM.Bps(100), job.size, far=far[("east", "west")][:4] + (0.0,))
+    assert with_j["incast"] > without["incast"] > 0
 
 
 def test_adaptive_pacing_takes_the_far_ports_remainder():

@@ -2,7 +2,7 @@
 
 Where the pLogP models (grid.py) take a network's measured gaps, this model takes
 the grid's description (NIC and WAN rates, RTTs, switch buffers, random loss,
-gateways) and the four things splitting changes, each a term of its own:
+gateways) and the things splitting changes, each a term of its own:
 
 * capacity (`Bps`, `_path`, the split stages of `one_to_many`): every byte crosses a sender's NIC, maybe a WAN link and a
   receiver's NIC; a relayed byte also crosses a gateway's NIC on each leg, once
@@ -18,8 +18,9 @@ gateways) and the four things splitting changes, each a term of its own:
   the gateways' WAN links never do (tcp_slow_start_after_idle = 0);
 * random WAN loss (`mathis_mbps`): one connection per rank pair direct, K
   striped connections per split link (gateway.wan_streams);
-* a WAN flow beside a LAN flow at one port (`lan_rival_s`, halos): it loses every round trip
-  while the LAN flow lasts, then crawls back from two segments at WAN round trips.
+* a WAN flow beside LAN flows at one port (`lan_rival_s`, `fallen_window`: a halo's receiver,
+  the root of a gather of every node, a relayed link at its far gateway's port): it loses every
+  round trip while the LAN flows last, then crawls back from two segments at WAN round trips.
 
 A cell's time is the operation's latency rounds (the same in both modes, plus
 the relays' cost per crossing when split), plus the time its bytes take through
@@ -39,9 +40,9 @@ from ..errors import GridsplitError
 from ..capacity import (LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_adaptive_pacing, wan_pacing_mbps,
                         wan_streams)
 from ..topology import Site, Topology
-from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, FLOOR_WINDOW, IMPLS, IW, MSS, OPS, RELAY_S,
+from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
-                         recovery_s, restart_window, slow_start_s, lan_rival_s, steady_rate, fed_port_excess, half_duplex,
+                         recovery_s, restart_window, slow_start_s, lan_rival_s, fallen_window, steady_rate, fed_port_excess, half_duplex,
                          clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
 
 # -- the grid ----------------------------------------------------------------
@@ -195,7 +196,9 @@ def all_to_one(topo: Topology, job: Job, split, gather: bool = True) -> dict:
     site's senders are one_to_many's group (direct, or split when their pair with the root's site
     is relayed); the root's own site's send over the LAN. All of them share the root's port: the
     transfer is the slowest group's plus every other group's bytes at the root's NIC, and the
-    other terms (protocol, slow start, incast, relays, loss stalls) are the slowest group's."""
+    other terms (protocol, slow start, incast, relays, loss stalls) are the slowest group's. A
+    direct group of Open MPI's linear gather crawls back after the root's own site's senders
+    (term (j))."""
     root = topo.sites[1]
     split = {frozenset(p) for p in split}
     total = sum(x.nodes for x in topo.sites)
@@ -221,8 +224,7 @@ def all_to_one(topo: Topology, job: Job, split, gather: bool = True) -> dict:
             # drain, this group's WAN flows lose what they send and fall by BETA per round trip,
             # then the group's bytes leave from there, a segment more per flow per round trip.
             rate, flows = g["rate_Bps"], g["flows"]
-            w = max(flows * FLOOR_WINDOW, rate * rtt * BETA ** min(int(local // rtt), 60))
-            crawl = ramp_s(c * job.size, w, rate, rtt, flows * MSS)
+            crawl = ramp_s(c * job.size, fallen_window(rate * rtt, local, rtt, flows), rate, rtt, flows * MSS)
             if crawl > parts["slow_start"] + parts["incast"]:
                 parts = {**parts, "slow_start": 0.0, "incast": crawl}
         groups.append((c * job.size, parts))
@@ -284,7 +286,9 @@ def _far_ports(topo: Topology, job: Job, msgs: Counter, relay, rivals: bool = Fa
     what meets b's gateway port (term (h)), per gateway of b: the flight a's WAN link brings in,
     the rate of every relayed peer's link into it (each at its pacing rate: under adaptive pacing
     the far port less what b's nodes send back on that link), the rate of b's own relayed senders
-    (their NICs), and a's link's rate. `relay(a, b)`: by site name."""
+    (their NICs), a's link's rate, and, with `rivals`, the seconds b's own relayed sends take
+    through that port at the gateway NIC (term (j)'s LAN rival; 0 without). `relay(a, b)`: by
+    site name."""
     out = {}
     for b in {y for (x, y) in msgs if relay(x, y)}:
         site = topo.site(b)
@@ -330,13 +334,13 @@ def _transfer(topo: Topology, job: Job, a: Site, b: Site, split: bool, share: fl
         if far:
             # A paced link brings at most its rate times the RTT into the far port per round trip:
             # a larger message is several flights, which the window's regrowth (below) covers.
-            carried, wan_in, lan_in, link, rival = far
+            carried, wan_in, lan_in, link, far_rival = far
             flight = min(carried, link * rtt)
             lost = shared_port_rounds(flight, b.switch_buffer_bytes, Bps(b.host_nic_mbps("gateway")), wan_in, lan_in)
-            if lost and rival > rtt:
+            if lost and far_rival > rtt:
                 # Term (j) on the link: its site's senders are the port's LAN rival while they last.
                 k = streams_for(topo, a, b, job)
-                out["incast"] = lan_rival_s(carried, flight, link, rtt, rival, k) - carried / link
+                out["incast"] = lan_rival_s(carried, flight, link, rtt, far_rival, k) - carried / link
             elif lost:
                 # The link's one window lost at once: fast retransmit a WAN RTT later, then it
                 # regrows from BETA of the flight (as a direct connection after incast, below).
@@ -526,7 +530,7 @@ def _halo(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dict:
     # Term (j): a direct crossing into a rank whose other neighbour's message reaches it at LAN
     # round trips (a neighbour of its own site, or a relayed one from its gateway) shares that
     # rank's port with it for as long as that message drains, at half a NIC (its sender sends
-    # both of its messages at once).
+    # both of its messages at once; a relayed one comes at its gateway's pace, taken the same).
     rivals = set()
     for i, x in enumerate(ranks):
         for j, k in (((i - 1) % P, (i + 1) % P), ((i + 1) % P, (i - 1) % P)):

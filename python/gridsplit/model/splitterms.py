@@ -147,17 +147,23 @@ def ramp_s(volume: float, w0: float, rate: float, rtt: float, add: float = 0.0) 
     return idle
 
 
+def fallen_window(w0: float, rival: float, rtt: float, conns: int = 1) -> float:
+    """Term (j): the window of `conns` WAN connections that lost in every round trip of `rival`
+    seconds, starting from `w0`: BETA per round trip, never below Linux's floor of two segments
+    per connection."""
+    return max(conns * FLOOR_WINDOW, w0 * BETA ** min(int(rival // rtt), 60))
+
+
 def lan_rival_s(volume: float, w0: float, rate: float, rtt: float, rival: float, conns: int = 1) -> float:
-    """Term (j), docs/model.md §5.1: the time a direct WAN connection takes to deliver `volume`
-    when a LAN flow drains into the receiver's drop-tail port beside it for `rival` seconds.
-    The LAN flow refills the port's buffer within its own sub-millisecond round trip, so what
-    the WAN connection sends meanwhile is lost: its window falls by BETA per round trip (down to
-    Linux's floor of two segments) and it delivers next to nothing. Once the LAN flow has
-    drained, the whole message leaves from the window it fell to, one segment more per round
-    trip (ramp_s; CUBIC's plateau is that window, so it grows as Reno does). `conns`: the
-    connections of a striped link, each with its own floor and segment per round trip."""
-    rounds = int(rival // rtt)
-    w = max(conns * FLOOR_WINDOW, w0 * BETA ** min(rounds, 60))
+    """Term (j), docs/model.md §5.1: the time WAN connections (a direct one, or a relayed link's
+    `conns` striped ones) take to deliver `volume` when LAN flows drain into the same drop-tail
+    port (the receiver's, or the far gateway's) beside them for `rival` seconds. The LAN flows
+    refill the port's buffer within their sub-millisecond round trips, so what the WAN
+    connections send meanwhile is lost and their window falls (`fallen_window`): they deliver
+    next to nothing. Once the LAN flows have drained, the whole volume leaves from the fallen
+    window, one segment more per connection per round trip (ramp_s; CUBIC's plateau is that
+    window, so it grows as Reno does)."""
+    w = fallen_window(w0, rival, rtt, conns)
     return rival + volume / rate + ramp_s(volume, w, rate, rtt, conns * MSS)
 
 
