@@ -63,7 +63,10 @@ REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-2
                  "results/matrix/2026-11-27-striped-pacing", "results/matrix/2026-11-27-policy-jobs",
                  "results/matrix/2026-11-27-holdout5", "results/matrix/2026-11-27-holdout7",
                  "results/matrix/2026-11-27-holdout8", "results/matrix/2026-11-28-lossy-apps",
-                 "results/matrix/2026-11-28-holdout9")
+                 "results/matrix/2026-11-28-holdout9",
+                 # The tenth grid under the default policy, run after its held-out runs with the model
+                 # unchanged, but not predicted cell by cell beforehand: scored with these.
+                 "results/matrix/2026-11-28-holdout10-policy")
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
 # the joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README), and
 # the tenth held-out grid, the first after term (j) reached gathers (predictions:
