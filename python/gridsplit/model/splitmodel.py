@@ -42,8 +42,8 @@ from ..capacity import (LAN_RTT_S, gateway_path_mbps, lan_window_budget, wan_ada
 from ..topology import Site, Topology
 from .splitterms import (BETA, DECIDE_BELOW, EXCHANGES, IMPLS, IW, MSS, OPS, RELAY_S,
                          Bps, Job, burst_rounds, lan_frame_efficiency, port_window, ramp_s, random_loss_rate,
-                         recovery_s, restart_window, slow_start_s, lan_rival_s, fallen_window, steady_rate, fed_port_excess, half_duplex,
-                         clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
+                         recovery_s, restart_window, slow_start_s, lan_rival_s, fallen_window, steady_rate,
+                         fed_port_excess, half_duplex, clamp_share, clamped_flow_rate, shared_port_rounds, alltoall_algorithm)
 
 # -- the grid ----------------------------------------------------------------
 
@@ -203,6 +203,9 @@ def all_to_one(topo: Topology, job: Job, split, gather: bool = True) -> dict:
     split = {frozenset(p) for p in split}
     total = sum(x.nodes for x in topo.sites)
     nic = Bps(root.nic_mbps)
+    # Term (j)'s LAN rival: the seconds the root's own site's senders take at its NIC (Open MPI's
+    # linear gather; MPICH's binomial tree sends the root a few subtrees' bytes at once instead).
+    local = (root.nodes - 1) * job.size / nic if gather and not job.lib["tree"] else 0.0
     groups, vol = [], 0.0
     for x in topo.sites:
         c = x.nodes - (x.name == root.name)
@@ -216,8 +219,6 @@ def all_to_one(topo: Topology, job: Job, split, gather: bool = True) -> dict:
         relayed = frozenset((x.name, root.name)) in split
         g = one_to_many(topo, replace(job, senders=c), relayed, gather, (x, root), total)
         parts = g["parts"]
-        # (MPICH's binomial tree sends the root a few subtrees' bytes at once instead: not this.)
-        local = (root.nodes - 1) * job.size / nic if gather and not job.lib["tree"] else 0.0
         rtt = topo.wan(x.name, root.name).rtt_ms / 1e3
         if not relayed and local > rtt:
             # Term (j): the root's own site's senders reach its port at LAN round trips; while they
