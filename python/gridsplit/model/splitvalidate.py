@@ -70,9 +70,11 @@ REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-2
 # Grids the model's terms were not settled on, predicted before they were measured and scored apart:
 # the joint check of the three-site app grid's north pairs (predicted at 6b035c9 in its README), and
 # the tenth held-out grid, the first after term (j) reached gathers (predictions:
-# results/model/2026-11-28-holdout10-predictions; scored 15/15 at 848e6af's model).
+# results/model/2026-11-28-holdout10-predictions; scored 15/15 at 848e6af's model). And split forced
+# on the three grids the default policy keeps direct (predictions:
+# results/model/2026-11-28-direct-decisions-predictions; the grids had been run, split mode on them not).
 HELD_OUT_DIR = "results/matrix/2026-11-28-holdout10"
-HELD_OUT_DIRS = ("results/matrix/2026-11-27-joint-check", HELD_OUT_DIR)
+HELD_OUT_DIRS = ("results/matrix/2026-11-27-joint-check", HELD_OUT_DIR, "results/matrix/2026-11-28-direct-decisions")
 # The committed measurements this validation reads by default (relative to the repository), and
 # every JSONL of REVEALED_GLOB, REVEALED_DIRS and HELD_OUT_DIRS (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
