@@ -540,6 +540,9 @@ def test_the_policy_weighs_the_jobs_the_topology_names(tmp_path):
     text = (ROOT / "results/matrix/2026-11-26-evidence/paperauto.toml").read_text()
     unknown = splitadvise.split_policy(load_topology(str(ROOT / "results/matrix/2026-11-26-evidence/paperauto.toml")))
     assert unknown[("bordeaux", "sophia")][0] is False and "halo" in unknown[("bordeaux", "sophia")][1]
+    # The reason names the jobs that would split the pair on their own: here gathers only.
+    assert unknown[("bordeaux", "sophia")][1].endswith('a job that runs only gather would split it on its own: '
+                                                       '[gateways] policy_ops = ["gather"]')
     p = tmp_path / "paper-gathers.toml"
     assert "\n[gateways]" not in text
     p.write_text(text + '\n[gateways]\npolicy_ops = ["gather"]\npolicy_sizes = ["100K", 1000000]\n')
@@ -547,4 +550,5 @@ def test_the_policy_weighs_the_jobs_the_topology_names(tmp_path):
     assert t.gateways.policy_jobs == (("gather", 100_000), ("gather", 1_000_000))
     yes, why = splitadvise.split_policy(t)[("bordeaux", "sophia")]
     assert yes and "gather 100K" in why and "halo" not in why and "10K" not in why.replace("100K", "")
+    assert "policy_ops" not in why
     assert t.to_dict()["gateways"]["policy_ops"] == ("gather",)

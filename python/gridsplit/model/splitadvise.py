@@ -200,6 +200,8 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
         why = ("split" if gains_any and ok else "direct") + f": predicted split/direct {text}"
         if not (gains_any and ok):
             why += f" ({short})"
+            if hint := _jobs_hint(ratios):
+                why += f"; {hint}"
         else:
             gains[(w.a, w.b)] = min(ratios.values())
         out[(w.a, w.b)] = (gains_any and ok, why, short)
@@ -215,6 +217,20 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
                 continue
         taken.append(pair)
     return tuple(out.items())
+
+
+def _jobs_hint(ratios: dict[tuple[str, int], float]) -> str:
+    """For a pair kept direct because one op would lose: the ops that would split it on their own
+    (one of their sizes gains, none loses), as the `policy_ops` line that says a job runs only
+    those; "" when there is none. On the paper grid the gathers gain 0.17-0.85 that an unknown
+    job gives up (results/matrix/2026-11-28-direct-decisions)."""
+    ops = dict.fromkeys(op for op, _ in ratios)
+    fine = [op for op in ops if all(r <= 1 + TOLERANCE for (o, _), r in ratios.items() if o == op)
+            and any(r < sm.DECIDE_BELOW for (o, _), r in ratios.items() if o == op)]
+    if not fine:
+        return ""
+    listed = ", ".join(f'"{op}"' for op in fine)
+    return f"a job that runs only {' and '.join(fine)} would split it on its own: [gateways] policy_ops = [{listed}]"
 
 
 def _joint_worst(topo: Topology, impl: str, pairs: list[tuple[str, str]]) -> tuple[tuple[str, int], float] | None:
