@@ -222,8 +222,8 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
 def _jobs_hint(ratios: dict[tuple[str, int], float]) -> str:
     """For a pair kept direct because one op would lose: the ops that would split it on their own
     (one of their sizes gains, none loses), as the `policy_ops` line that says a job runs only
-    those; "" when there is none. On the paper grid the gathers gain 0.17-0.85 that an unknown
-    job gives up (results/matrix/2026-11-28-direct-decisions)."""
+    those; "" when there is none. What an unknown job gives up there is measured in
+    results/matrix/2026-11-28-direct-decisions (docs/model.md §5.6, "The jobs it weighs")."""
     ops = dict.fromkeys(op for op, _ in ratios)
     fine = [op for op in ops if all(r <= 1 + TOLERANCE for (o, _), r in ratios.items() if o == op)
             and any(r < sm.DECIDE_BELOW for (o, _), r in ratios.items() if o == op)]
