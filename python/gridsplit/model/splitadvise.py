@@ -197,14 +197,15 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
         best = min(ratios, key=ratios.get)
         short = (f"{worst[0]} {worst[1] // 1000}K would lose" if not ok else "nothing gains" if not gains_any else
                  f"{best[0]} {best[1] // 1000}K gains")
-        why = ("split" if gains_any and ok else "direct") + f": predicted split/direct {text}"
-        if not (gains_any and ok):
+        split = _one_gains_none_loses(ratios.values())
+        why = ("split" if split else "direct") + f": predicted split/direct {text}"
+        if not split:
             why += f" ({short})"
             if hint := _jobs_hint(ratios):
                 why += f"; {hint}"
         else:
             gains[(w.a, w.b)] = min(ratios.values())
-        out[(w.a, w.b)] = (gains_any and ok, why, short)
+        out[(w.a, w.b)] = (split, why, short)
     # Pairs pinned split are relayed whatever the policy says: the others are checked together with them.
     taken: list[tuple[str, str]] = [(w.a, w.b) for w in topo.wans if w.split == "always" and (w.a, w.b) in out]
     for pair in sorted(gains, key=lambda p: (gains[p], p)):
@@ -219,14 +220,22 @@ def _split_policy(topo: Topology, impl: str) -> tuple[tuple[tuple[str, str], tup
     return tuple(out.items())
 
 
+def _one_gains_none_loses(ratios) -> bool:
+    """The policy's rule for a pair, on the predicted split/direct of the jobs it weighs: one
+    gains (below DECIDE_BELOW) and none loses beyond TOLERANCE."""
+    rs = list(ratios)
+    return min(rs) < sm.DECIDE_BELOW and max(rs) <= 1 + TOLERANCE
+
+
 def _jobs_hint(ratios: dict[tuple[str, int], float]) -> str:
-    """For a pair kept direct because one op would lose: the ops that would split it on their own
-    (one of their sizes gains, none loses), as the `policy_ops` line that says a job runs only
-    those; "" when there is none. What an unknown job gives up there is measured in
+    """For a pair kept direct because one op would lose: the ops whose own jobs pass the pair's
+    rule (_one_gains_none_loses), as the `policy_ops` line that says a job runs only those; ""
+    when there is none. What an unknown job gives up there is measured in
     results/matrix/2026-11-28-direct-decisions (docs/model.md §5.6, "The jobs it weighs")."""
-    ops = dict.fromkeys(op for op, _ in ratios)
-    fine = [op for op in ops if all(r <= 1 + TOLERANCE for (o, _), r in ratios.items() if o == op)
-            and any(r < sm.DECIDE_BELOW for (o, _), r in ratios.items() if o == op)]
+    by_op: dict[str, list[float]] = {}
+    for (op, _), r in ratios.items():
+        by_op.setdefault(op, []).append(r)
+    fine = [op for op, rs in by_op.items() if _one_gains_none_loses(rs)]
     if not fine:
         return ""
     listed = ", ".join(f'"{op}"' for op in fine)
