@@ -126,6 +126,10 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "wan_retrans_direct": _med(direct, lambda r: r["counters"]["distant"]["RetransSegs"]),
                 "wan_retrans_split": _med(split, lambda r: r["counters"]["distant"]["RetransSegs"]),
                 "wan_rto_split": max((r["counters"]["distant"]["TCPTimeouts"] for r in split), default=None),
+                # Timeouts inside the sites (the LAN legs split; a site's own flows either way): what an
+                # overflowing LAN port costs, where fast retransmit cannot repair (docs/bench.md).
+                "lan_rto_direct": _med(direct, lambda r: r["counters"]["local"]["TCPTimeouts"]),
+                "lan_rto_split": _med(split, lambda r: r["counters"]["local"]["TCPTimeouts"]),
                 "efficiency_split": _med(split, "efficiency"),
                 # split time >= the bound, so split/direct can go no lower than direct's own efficiency.
                 "ratio_floor": _med(direct, "efficiency"),
@@ -146,7 +150,7 @@ def _paired_ratios(direct: list[dict], split: list[dict]) -> list[float]:
 def render_summary(summary: list[dict[str, Any]], con: Console, title: str) -> None:
     t = Table(title=title)
     for c in ("op", "impl", "nodes", "size", "split variant", "direct", "split", "split/direct (min-max)",
-              "WAN retrans direct→split", "WAN RTO split", "eff. split"):
+              "WAN retrans direct→split", "WAN RTO split", "LAN RTO direct→split", "eff. split"):
         t.add_column(c, justify="right" if c not in ("op", "impl", "split variant") else "left")
     for s in summary:
         ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f} ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})"
@@ -154,6 +158,7 @@ def render_summary(summary: list[dict[str, Any]], con: Console, title: str) -> N
         t.add_row(s["op"], s["impl"], str(s["nodes"]), units.fmt_size(s["size_bytes"]), s["variant"],
                   _s(s["direct_s"]), _s(s["split_s"]), f"[{col}]{ratio}[/{col}]",
                   f"{num(s['wan_retrans_direct'])} → {num(s['wan_retrans_split'])}", num(s["wan_rto_split"]),
+                  f"{num(s['lan_rto_direct'])} → {num(s['lan_rto_split'])}",
                   "-" if s["efficiency_split"] is None else f"{s['efficiency_split']:.2f}")
     con.print(t)
 

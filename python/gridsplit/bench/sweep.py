@@ -283,7 +283,7 @@ def _run_all(grid, todo: list[Point], reps: int, budget: float, check: bool, f, 
                 f"{p.op} {p.impl:7} n={_n(p.nodes):<3} {units.fmt_size(p.size):>5} {p.mode:6}"
                 f"{('/' + _short(p)) if p.mode == 'split' else '':10} {row['total_s']:8.3f} s  "
                 f"({row['reps']} reps, eff {row['efficiency'] or 0:.2f}, WAN retrans {dist['RetransSegs']}, "
-                f"WAN RTO {dist['TCPTimeouts']}){lag}")
+                f"WAN RTO {dist['TCPTimeouts']}, LAN RTO {row['counters']['local']['TCPTimeouts']}){lag}")
             bar.advance(task)
     return rows
 
