@@ -529,6 +529,22 @@ def test_record_predictions_before_a_measurement(tmp_path):
     one.write_text('name = "one"\n[[site]]\nname = "solo"\nnodes = 4\n')
     cp = gridsplit("model", "record-predictions", str(one), "--out", str(out), check=False)
     assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+    # `--split` names the pairs the runs will split, as `bench --split` does, instead of a copy of the
+    # grid with other [gateways] keys: the evidence grid whose policy keeps its pair direct, all split,
+    # predicts what its split-forced copy (split = "all") does.
+    ev = ROOT / "results/matrix/2026-11-26-evidence/ev2near.toml"
+    forced = ROOT / "results/matrix/2026-11-28-direct-decisions/ev2near-all.toml"
+    gridsplit("model", "record-predictions", str(ev), "--split", "all", "--out", str(tmp_path / "a"))
+    gridsplit("model", "record-predictions", str(forced), "--out", str(tmp_path / "b"))
+    a, b = ([json.loads(l) for l in (tmp_path / d / "predictions.jsonl").read_text().splitlines()] for d in "ab")
+    assert a[0]["split"] == "all" and b[0]["split"] == "policy"
+    key = lambda r: (r["layout"], str(r["pair"]), r["op"], r["size"], r["impl"])
+    assert {key(r): r["split_over_direct"] for r in a[1:]} == {key(r): r["split_over_direct"] for r in b[1:]}
+    assert all(r["relayed"] == ["east-west"] for r in a[1:] if r["layout"] == "bench -n all")
+    assert "--split all" in (tmp_path / "a" / "README.md").read_text()
+    for bad in (("--split", "east-nowhere"), ("--split", "all", "--run-policy-from", str(tmp_path / "a" / "predictions.jsonl"))):
+        cp = gridsplit("model", "record-predictions", str(ev), *bad, "--out", str(tmp_path / "c"), check=False)
+        assert cp.returncode == 2 and "Traceback" not in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
 
 
 def test_the_policy_weighs_the_jobs_the_topology_names(tmp_path):

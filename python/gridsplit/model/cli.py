@@ -443,7 +443,13 @@ def validate_split(files, out) -> None:
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for README.md and predictions.jsonl.")
 @click.option("--run-policy-from", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A predictions.jsonl whose recorded split policy the measuring lab applies [the model's own].")
-def record_predictions(topologies, out, run_policy_from) -> None:
+@click.option("--split", "split", default="policy", show_default=True,
+              help="Which site pairs the measuring runs split, as `bench --split` takes it: policy (each grid's "
+                   "own), all, none, or pairs joined by '+' (e.g. east-west+east-north).")
+def record_predictions(topologies, out, run_policy_from, split) -> None:
     """Record the split model's predictions for grids before they are measured (a held-out test), no lab."""
-    res = splitrecord.record(list(topologies), Path(out), _command(), Path(run_policy_from) if run_policy_from else None)
+    if run_policy_from and split != "policy":
+        raise GridsplitError(f"--split {split} and --run-policy-from both say which pairs the runs split; give one")
+    res = splitrecord.record(list(topologies), Path(out), _command(), Path(run_policy_from) if run_policy_from else None,
+                             split)
     _con().print(f"{len(res['rows'])} predictions of {len(topologies)} grids in {out}/ (README.md, predictions.jsonl)")

@@ -99,17 +99,19 @@ def run_policy_of(predictions: Path, grid: str) -> set[frozenset[str]]:
     return {frozenset(p.split("-", 1)) for p, why in meta["policies"][grid].items() if why.startswith("split")}
 
 
-def record(files: list[str], out: Path, command: str, run_policy_from: Path | None = None) -> dict[str, Any]:
+def record(files: list[str], out: Path, command: str, run_policy_from: Path | None = None,
+           split: str = "policy") -> dict[str, Any]:
     """Predictions of every grid of `files` into `out`; `run_policy_from`: a predictions file whose
-    recorded policy the measuring lab applies (else the model's own)."""
+    recorded policy the measuring lab applies (else the model's own); `split`: the pairs the runs
+    split, as `bench --split` names them (Topology.with_split; "policy": each grid's own keys)."""
     bands = splitadvise.load_bands()
     meta = {"kind": KIND, "version": VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.gmtime()),
             "git": machine.facts().get("git"), "command": command, "files": files, "sizes": list(SIZES),
             "decide_split_below": sm.DECIDE_BELOW, "ops_modelled": list(sm.OPS),
-            "run_policy_from": str(run_policy_from) if run_policy_from else None}
+            "run_policy_from": str(run_policy_from) if run_policy_from else None, "split": split}
     rows, policies = [], {}
     for f in files:
-        topo = load_topology(f)
+        topo = load_topology(f).with_split(split)
         rows += grid_rows(f, topo, bands, run_policy_of(run_policy_from, topo.name) if run_policy_from else None)
         policies[topo.name] = {f"{a}-{b}": why for (a, b), (_, why) in splitadvise.split_policy(topo).items()}
     meta["policies"] = policies
@@ -128,7 +130,8 @@ def report_lines(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     L = [f"# Split model predictions, recorded {meta['date']}", "",
          f"Model: python/gridsplit/model/split*.py at git {meta['git']} (their sha256 and the grids' are in "
          f"predictions.jsonl's meta row). Command: `{meta['command']}`.", "",
-         "**What a bench run should measure** (`gridsplit bench OP -t GRID -n all`, split runs under the policy "
+         "**What a bench run should measure** (`gridsplit bench OP -t GRID -n all"
+         + ("" if meta.get("split", "policy") == "policy" else f" --split {meta['split']}") + "`, split runs under the policy "
          + (f"recorded in `{run}`, the one the measuring lab applies" if run else "the model writes") + "): "
          "split/direct of the whole operation, every other node sending to the root on the second site (gather, "
          "bcast), every node (alltoall), the ring in the bench's rank order (halo). Where no pair the operation "
