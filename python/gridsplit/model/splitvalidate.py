@@ -101,6 +101,7 @@ DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
                  "results/app/2026-11-27-three-sites-pairs/three-pairs-hpcc.jsonl",
                  "results/app/2026-11-27-three-sites-pairs/three-pairs-hpcc-both.jsonl",
                  "results/app/2026-11-28-lossy-wan/lossy-openmpi.jsonl",
+                 "results/app/2026-12-04-lossy-clamps/lammps-openmpi.jsonl",
                  "results/app/2026-11-28-lossy-wan/lossy-mpich-mpi4py.jsonl")
 # Gateways whose relayed flows' windows were not what the topology says, by the git of the run
 # (the file's meta row): 1a66518 never grew a flow's window past its initial 64 KiB
