@@ -294,6 +294,27 @@ def test_report_of_several_grids_keeps_them_apart(tmp_path):
     assert {c["grid"] for c in summarize_grids([files[1], ab])} == {c["grid"] for c in summarize_grids([files[1]])}
 
 
+def test_summary_counts_lan_timeouts_apart_from_the_wan():
+    """The summary's LAN timeouts are the runs' local TCPTimeouts (medians per mode), apart from the
+    WAN's: in the committed clamp A/B on `paper`, the 4-sender 100 KB gather timed out inside
+    bordeaux only without the gateways' clamps, and never on the WAN; the table shows both."""
+    from rich.console import Console
+    from gridsplit.bench.results import render_summary
+    rows = read_rows(ROOT / "results/matrix/2026-12-04-clamp-rule/paper-gather.jsonl")
+    cells = {(s["nodes"], s["size_bytes"], s["variant"]): s for s in summarize(rows)}
+    clamped = cells[(4, 100_000, "fair:cubic:lan-pacing-auto")]
+    free = cells[(4, 100_000, "fair:cubic:no-lan-tuning:lan-pacing-auto")]
+    assert (clamped["lan_rto_direct"], clamped["lan_rto_split"], free["lan_rto_split"]) == (0, 0, 4)
+    assert clamped["wan_rto_split"] == free["wan_rto_split"] == 0
+    points = [r for r in rows if r.get("kind") == "point" and r["mode"] == "split" and r["nodes"] == 4
+              and r["size_bytes"] == 100_000 and r["variant"]["lan_tuning"] is False]
+    assert free["lan_rto_split"] == statistics.median(r["counters"]["local"]["TCPTimeouts"] for r in points)
+    con = Console(width=300, record=True)
+    render_summary(summarize(rows), con, "t")
+    text = con.export_text()
+    assert "LAN RTO direct→split" in text and "0 → 4" in text
+
+
 def test_report_says_which_queues_dropped_and_the_ratio_floor(tmp_path):
     """Rows carrying per-queue drops get them in the report (scaled to 200 operations), and the data
     path's shortest frames with the efficiency they allow; ratio misses get their floor."""
