@@ -113,7 +113,7 @@ void gs_addr_format(const struct gs_addr *a, uint16_t port, char *buf, size_t le
     }
 }
 
-static int parse_ip(const char *s, struct gs_addr *out)
+int gs_parse_ip(const char *s, struct gs_addr *out)
 {
     memset(out, 0, sizeof *out);
     if (strchr(s, ':')) {
@@ -164,7 +164,7 @@ int gs_parse_cidr(const char *s, struct gs_prefix *out)
     if (!slash || strchr(slash + 1, '/'))
         return -1;
     *slash = 0;
-    if (parse_ip(buf, &out->net) < 0)
+    if (gs_parse_ip(buf, &out->net) < 0)
         return -1;
     unsigned long len;
     if (parse_uint(slash + 1, out->net.family == GS_FAMILY_V4 ? 32 : 128, &len) < 0)
@@ -205,7 +205,7 @@ int gs_parse_hostport(const char *s, struct gs_addr *a, uint16_t *port)
         p = colon + 1;
     }
     unsigned long v;
-    if (parse_ip(host, a) < 0 || parse_uint(p, 65535, &v) < 0 || v == 0)
+    if (gs_parse_ip(host, a) < 0 || parse_uint(p, 65535, &v) < 0 || v == 0)
         return -1;
     *port = (uint16_t)v;
     return 0;

@@ -48,6 +48,8 @@ static inline int64_t gs_now_ms(void)
 /* ------------------------------------ addr.c, nodefile.c, sites.c: the sites */
 
 #define GS_MAX_SITES 256
+/* Hosts a host rule may name (GRIDSPLIT_SPLIT=hosts:...): a job's root, a few more. */
+#define GS_MAX_SPLIT_HOSTS 16
 #define GS_SITE_NAME_MAX 65 /* 64 characters, as gridsplitd allows, and a NUL */
 
 /* An IP address in wire form: family GS_FAMILY_V4 (address in a[0..3]) or
@@ -102,6 +104,13 @@ struct gs_config {
      * flow's source in the gateway spread for sockets that are not bound
      * (gateways.c). */
     struct gs_addr own_addr;
+    /* The host rule (GRIDSPLIT_SPLIT=hosts:ADDR+...; gs_config_split_mode): when
+     * nhosts > 0, a cross-site connection is split only when one of its ends is
+     * a listed host: every connection of a listed host, and the connections of
+     * other hosts to a listed one (docs/design/host-rule.md). */
+    int nhosts;
+    int own_is_host;
+    struct gs_addr hosts[GS_MAX_SPLIT_HOSTS];
     struct gs_site site[GS_MAX_SITES];
 };
 
@@ -123,6 +132,11 @@ int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
 /* Non-zero when dst is in no site of the file and not loopback: on an unrouted grid
  * such a destination can be reached only if something outside the grid routes it. */
 int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst);
+/* Apply GRIDSPLIT_SPLIT's value to a loaded config: NULL, "" or "policy" keep the
+ * node file's direct_to; "all" clears every direct_to; "hosts:ADDR[+ADDR...]"
+ * clears them and sets the host rule, own_is_host from the host's interface
+ * addresses and own_addr. Returns -1 with one line in err (config unchanged). */
+int gs_config_split_mode(struct gs_config *cfg, const char *mode, char *err, size_t errlen);
 /* Non-zero when a is the host part of the own site's gateway_lan. */
 int gs_config_is_own_gateway(const struct gs_config *cfg, const struct gs_addr *a);
 
@@ -152,6 +166,8 @@ int gs_gw_errno_fails_over(int err);
 /* addr.c */
 int gs_prefix_contains(const struct gs_prefix *p, const struct gs_addr *a);
 int gs_addr_equal(const struct gs_addr *x, const struct gs_addr *y);
+/* "10.1.0.5", "fd00::5" (a v4-mapped v6 address reads as v4); -1 otherwise. */
+int gs_parse_ip(const char *s, struct gs_addr *out);
 /* "10.1.0.0/24", "fd00::/64" (host bits cleared); -1 if not exactly that form. */
 int gs_parse_cidr(const char *s, struct gs_prefix *out);
 /* "10.1.0.254:7100", "[fd00::1]:7100" (port 1-65535); -1 if not exactly that form. */

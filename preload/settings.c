@@ -75,15 +75,10 @@ static void load_config_once(void)
         gs_log("GRIDSPLIT_CONFIG=%s: %s; connections are NOT redirected", path, err);
     } else {
         config_ok = 1;
-        /* GRIDSPLIT_SPLIT=all: split every cross-site connection, whatever the
-         * node file's split policy (direct_to) says; set by `--split=all`. */
-        const char *mode = getenv("GRIDSPLIT_SPLIT");
-        if (mode && strcmp(mode, "all") == 0) {
-            for (int i = 0; i < config.nsites; i++)
-                config.site[i].direct_to[0] = 0;
-        } else if (mode && *mode && strcmp(mode, "policy") != 0) {
-            gs_log("GRIDSPLIT_SPLIT=%s is neither \"all\" nor \"policy\"; following the node file's policy", mode);
-        }
+        /* GRIDSPLIT_SPLIT (set by `--split`): all, or the host rule, over the node
+         * file's split policy (direct_to). A bad value keeps the policy, said once. */
+        if (gs_config_split_mode(&config, getenv("GRIDSPLIT_SPLIT"), err, sizeof err) < 0)
+            gs_log("%s; following the node file's policy", err);
         if (config.gw_ignored)
             gs_log("site \"%s\" has %d gateways in the node file; only the first %d are used",
                    config.site[config.own].name, config.ngw + config.gw_ignored, GS_MAX_GATEWAYS);
@@ -105,6 +100,11 @@ static void load_config_once(void)
                    "%s (unbound sockets' source in the choice of gateway)%s",
                    config.site[config.own].name, config.ngw > 1 ? "s" : "", gws, config.nsites, me,
                    config.ngw > 1 ? "; flows spread over the gateways by node pair" : "");
+            if (config.nhosts)
+                gs_log("host rule: %d listed host(s); this host is %s, so %s", config.nhosts,
+                       config.own_is_host ? "one" : "not one",
+                       config.own_is_host ? "all its cross-site connections are split"
+                                          : "only its connections to a listed host are split");
         }
     }
     errno = saved;

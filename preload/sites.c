@@ -80,6 +80,14 @@ int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst)
     return !is_loopback(dst) && site_of(cfg, dst) < 0;
 }
 
+static int listed_host(const struct gs_config *cfg, const struct gs_addr *a)
+{
+    for (int i = 0; i < cfg->nhosts; i++)
+        if (gs_addr_equal(&cfg->hosts[i], a))
+            return 1;
+    return 0;
+}
+
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst)
 {
     int best = site_of(cfg, dst);
@@ -94,6 +102,8 @@ int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst)
         return -1;
     if (cfg->own >= 0 && pair_is_direct(cfg, cfg->site[cfg->own].name, cfg->site[best].name))
         return -1;
+    if (cfg->nhosts && !cfg->own_is_host && !listed_host(cfg, dst))
+        return -1; /* the host rule: neither end is a listed host */
     return best;
 }
 
@@ -218,5 +228,69 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
         return -1;
     }
     cfg->own = own;
+    return 0;
+}
+
+/* ------------------------------------------------------------ split mode */
+
+/* Whether this host is one the host rule lists: its site address (own_addr), or
+ * any address of its interfaces (a root reached by another of its addresses). */
+static int own_is_listed(const struct gs_config *cfg)
+{
+    if (cfg->own_addr.family && listed_host(cfg, &cfg->own_addr))
+        return 1;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) < 0)
+        return 0;
+    int found = 0;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+        struct gs_addr a;
+        found = i->ifa_addr &&
+                gs_sockaddr_to_addr(i->ifa_addr, sizeof(struct sockaddr_storage), &a, NULL) == 0 &&
+                listed_host(cfg, &a);
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+int gs_config_split_mode(struct gs_config *cfg, const char *mode, char *err, size_t errlen)
+{
+    if (!mode || !*mode || strcmp(mode, "policy") == 0)
+        return 0;
+    struct gs_addr hosts[GS_MAX_SPLIT_HOSTS];
+    int n = 0;
+    if (strncmp(mode, "hosts:", 6) == 0) {
+        const char *p = mode + 6;
+        do {
+            size_t len = strcspn(p, "+");
+            char one[64];
+            if (len == 0 || len >= sizeof one) {
+                snprintf(err, errlen, "GRIDSPLIT_SPLIT=%.100s: an empty or overlong address in the host list; "
+                         "give hosts:ADDR[+ADDR...] (IP addresses)", mode);
+                return -1;
+            }
+            memcpy(one, p, len);
+            one[len] = 0;
+            if (n == GS_MAX_SPLIT_HOSTS) {
+                snprintf(err, errlen, "GRIDSPLIT_SPLIT: more than %d hosts; name the job's root host(s) only",
+                         GS_MAX_SPLIT_HOSTS);
+                return -1;
+            }
+            if (gs_parse_ip(one, &hosts[n++]) < 0) {
+                snprintf(err, errlen, "GRIDSPLIT_SPLIT: \"%s\" is not an IP address; give hosts:ADDR[+ADDR...]",
+                         one);
+                return -1;
+            }
+            p += len;
+        } while (*p++ == '+');
+    } else if (strcmp(mode, "all") != 0) {
+        snprintf(err, errlen, "GRIDSPLIT_SPLIT=%.100s is none of policy, all, hosts:ADDR[+ADDR...]", mode);
+        return -1;
+    }
+    for (int i = 0; i < cfg->nsites; i++)
+        cfg->site[i].direct_to[0] = 0;
+    memcpy(cfg->hosts, hosts, sizeof hosts);
+    cfg->nhosts = n;
+    cfg->own_is_host = n && own_is_listed(cfg);
     return 0;
 }

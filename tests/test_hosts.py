@@ -99,6 +99,18 @@ def test_run_gives_srun_tasks_the_library_not_srun(tmp_path):
                         timeout=60, env=env)
     assert cp.returncode == 0 and cp.stdout.startswith("srun --export=ALL,LD_PRELOAD="), cp.stdout + cp.stderr
     assert "GRIDSPLIT_SPLIT=policy ./app" in cp.stdout.replace("-n 2 ", "")
+    # The host rule: names resolved here to addresses (the library compares addresses); a name that
+    # does not resolve, or another word, is one line.
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib", str(lib),
+                         "--split", "hosts:localhost+127.0.0.1", "--dry-run", "--", "srun", "./app"], text=True,
+                        capture_output=True, cwd=ROOT, timeout=60, env=env)
+    assert cp.returncode == 0 and "GRIDSPLIT_SPLIT=hosts:127.0.0.1 ./app" in cp.stdout, cp.stdout + cp.stderr
+    for bad, expect in (("hosts:gs-no-such-host.invalid", "host 'gs-no-such-host.invalid' does not resolve"),
+                        ("hosts:", "give policy, all, or hosts:HOST[+HOST...]"),
+                        ("root", "give policy, all, or hosts:HOST[+HOST...]")):
+        one_line_error(subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib",
+                                       str(lib), "--split", bad, "--", "srun", "./app"], text=True,
+                                      capture_output=True, cwd=ROOT, timeout=60, env=env), expect)
 
 
 @pytest.fixture()

@@ -66,6 +66,49 @@ def test_split_names_the_pairs_it_splits(lab):
     assert cp.returncode != 0 and "east-north is no WAN link" in cp.stderr and "Traceback" not in cp.stderr
 
 
+def test_host_rule_splits_only_the_connections_of_the_listed_host(lab):
+    """GRIDSPLIT_SPLIT=hosts:ADDR (what `--split=root` sets): a host splits its connections to the
+    listed host, and the listed host all of its own; the others stay direct. A server without the
+    library tells which: a relayed connection comes from its site's gateway, a direct one from the
+    client itself."""
+    server = ("import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+              "s.bind((sys.argv[1],6002));s.listen();c,a=s.accept();print(a[0],flush=True);c.recv(10)")
+    client = ("import socket,sys,time\nfor i in range(50):\n try:\n  c=socket.create_connection((sys.argv[1],6002));"
+              "break\n except OSError: time.sleep(0.1)\nc.sendall(b'x');c.close()")
+    conf = state_dir() / "nodes.conf"
+    # east-1 10.71.1.1; west-1 10.71.2.1, west-2 10.71.2.2; the west gateway's LAN address 10.71.2.254.
+    for rule, dst_host, dst, via_gateway in (("hosts:10.71.2.1", "west-1", "10.71.2.1", True),
+                                             ("hosts:10.71.2.1", "west-2", "10.71.2.2", False),
+                                             ("hosts:10.71.1.1", "west-2", "10.71.2.2", True),
+                                             ("hosts:10.71.1.2+10.71.2.9", "west-2", "10.71.2.2", False)):
+        srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-{dst_host}", "python3", "-c", server, dst],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            cp = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-east-1", "env", f"LD_PRELOAD={LIB}",
+                                 f"GRIDSPLIT_CONFIG={conf}", f"GRIDSPLIT_SPLIT={rule}", "GRIDSPLIT_DEBUG=1",
+                                 "python3", "-c", client, dst], text=True, capture_output=True, timeout=60)
+            peer = srv.communicate(timeout=20)[0].strip()
+        finally:
+            if srv.poll() is None:
+                srv.kill()
+                srv.wait()
+        assert peer == ("10.71.2.254" if via_gateway else "10.71.1.1"), (rule, dst, cp.stderr)
+        assert ("redirected via gateway" in cp.stderr) == via_gateway, cp.stderr
+        assert f"this host is {'one' if rule == 'hosts:10.71.1.1' else 'not one'}" in cp.stderr, cp.stderr
+
+
+@pytest.mark.parametrize("impl", ["mpich", "openmpi"])
+def test_split_root_relays_the_first_hosts_connections(lab, impl):
+    """`lab mpirun --split=root`: an all-to-all across both sites is correct, and its first host's
+    cross-site connections go through the gateways."""
+    before = gw_status("east")["counters"]["flows_opened"]
+    cp = mpirun("--split=root", "--impl", impl, "--hosts", "west-1,west-2,east-1,east-2", "--",
+                str(ROOT / "build" / "mpi" / impl / "coll"), "-o", "alltoall", "-s", "20K", "-r", "5", "--check")
+    rows = [json.loads(l) for l in cp.stdout.splitlines() if l.startswith("{")]
+    assert rows and all(r["verified"] is True for r in rows), cp.stdout
+    assert gw_status("east")["counters"]["flows_opened"] > before
+
+
 def test_iperf3_through_gateways(lab):
     srv = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-west-1", "env", f"LD_PRELOAD={LIB}",
                             f"GRIDSPLIT_CONFIG={state_dir() / 'nodes.conf'}", "iperf3", "-s", "-1", "-p", "5999"],

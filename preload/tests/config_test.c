@@ -294,12 +294,60 @@ static void test_direct_to(void)
                  "line 2: direct_to names \"x\", which is no site of this file");
 }
 
+/* GRIDSPLIT_SPLIT over the node file: all clears direct_to; the host rule splits a
+ * connection only when one of its ends is listed; bad values leave the config alone. */
+static void test_split_mode(void)
+{
+    const char *three = H "site a 10.1.0.0/16 10.1.0.254:1 direct_to=b\n"
+                          "site b 10.2.0.0/16 10.2.0.254:1\n"
+                          "site c 10.3.0.0/16 10.3.0.254:1\n";
+    CHECK(parse(three) == 0 && gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    CHECK(gs_config_split_mode(&cfg, "policy", err, sizeof err) == 0 && classify("10.2.0.5") == -1, "policy keeps a-b direct");
+    CHECK(gs_config_split_mode(&cfg, "all", err, sizeof err) == 0 && classify("10.2.0.5") == 1, "all splits a-b");
+
+    /* A host that is not listed: only its connections to listed hosts are split. */
+    CHECK(parse(three) == 0 && gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    cfg.own_addr = ip("10.1.0.7");
+    CHECK(gs_config_split_mode(&cfg, "hosts:10.2.0.1+10.3.0.9", err, sizeof err) == 0, "%s", err);
+    CHECK(cfg.nhosts == 2 && !cfg.own_is_host, "two hosts, not this one");
+    CHECK(classify("10.2.0.1") == 1, "to a listed host of b: split (direct_to=b no longer applies)");
+    CHECK(classify("10.2.0.5") == -1, "to another host of b: direct");
+    CHECK(classify("10.3.0.9") == 2 && classify("10.3.0.8") == -1, "c: only the listed host");
+    CHECK(classify("10.1.0.9") == -1, "own site: never");
+
+    /* The listed host itself: every cross-site connection is split. */
+    CHECK(parse(three) == 0 && gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    cfg.own_addr = ip("10.1.0.7");
+    CHECK(gs_config_split_mode(&cfg, "hosts:10.1.0.7", err, sizeof err) == 0 && cfg.own_is_host, "%s", err);
+    CHECK(classify("10.2.0.5") == 1 && classify("10.3.0.8") == 2, "the root splits to every site");
+    CHECK(classify("10.1.0.9") == -1, "not within its own site");
+
+    /* Bad values: one line each, and the node file's policy stays. */
+    CHECK(parse(three) == 0 && gs_config_pick_site(&cfg, "a", err, sizeof err) == 0, "%s", err);
+    CHECK(gs_config_split_mode(&cfg, "hosts:10.2.0.1+east-1", err, sizeof err) == -1 &&
+              strcmp(err, "GRIDSPLIT_SPLIT: \"east-1\" is not an IP address; give hosts:ADDR[+ADDR...]") == 0,
+          "%s", err);
+    CHECK(gs_config_split_mode(&cfg, "hosts:", err, sizeof err) == -1 && strstr(err, "an empty or overlong address"),
+          "%s", err);
+    CHECK(gs_config_split_mode(&cfg, "hosts:10.2.0.1+", err, sizeof err) == -1, "trailing comma");
+    CHECK(gs_config_split_mode(&cfg, "some", err, sizeof err) == -1 &&
+              strcmp(err, "GRIDSPLIT_SPLIT=some is none of policy, all, hosts:ADDR[+ADDR...]") == 0, "%s", err);
+    CHECK(cfg.nhosts == 0 && classify("10.2.0.5") == -1 && classify("10.3.0.5") == 2, "policy unchanged");
+    char many[400] = "hosts:";
+    for (int i = 0; i <= GS_MAX_SPLIT_HOSTS; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s10.2.0.%d", i ? "+" : "", i + 1);
+    CHECK(gs_config_split_mode(&cfg, many, err, sizeof err) == -1 && strstr(err, "more than 16 hosts"), "%s", err);
+    CHECK(gs_config_split_mode(&cfg, "hosts:fd00::1+10.2.0.3", err, sizeof err) == 0 && cfg.nhosts == 2, "%s", err);
+    CHECK(classify("10.2.0.3") == 1, "v6 and v4 in one list");
+}
+
 int main(void)
 {
     test_full();
     test_site_with_two_gateways();
     test_own_gateways();
     test_direct_to();
+    test_split_mode();
     test_loopback_sites();
     test_routed();
     test_errors();

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 
 import click
@@ -27,19 +28,31 @@ from .errors import GridsplitError
 from .gateway.nodes import check_nodes_file
 
 
-def ranks_split_env(lib: str, config: str, force_all: bool = False, lan_rto_min_us: int = 0,
+def ranks_split_env(lib: str, config: str, mode: str = "policy", lan_rto_min_us: int = 0,
                     lan_delack_us: int = 0) -> dict[str, str]:
     """What a rank needs to send its cross-site connections through the gateways: the library,
-    the node file, (force_all) every pair split whatever the node file's direct_to says, and
+    the node file, the library's split mode (GRIDSPLIT_SPLIT: "policy", the node file's direct_to;
+    "all", every pair; "hosts:A+B", the host rule: only connections with an end at A or B), and
     the LAN legs' timers (GatewaySettings.lan_rto_min_us and .lan_delack_us)."""
     env = {"LD_PRELOAD": lib, "GRIDSPLIT_CONFIG": config}
-    if force_all:
-        env["GRIDSPLIT_SPLIT"] = "all"  # the library ignores the config's direct_to (preload/README.md)
+    if mode != "policy":
+        env["GRIDSPLIT_SPLIT"] = mode  # over the node file's direct_to (preload/README.md)
     if lan_rto_min_us:
         env["GRIDSPLIT_LAN_RTO_MIN_US"] = str(lan_rto_min_us)
     if lan_delack_us:
         env["GRIDSPLIT_LAN_DELACK_MAX_US"] = str(lan_delack_us)
     return env
+
+
+def library_mode(split: str, root_ip: str | None = None) -> str:
+    """GRIDSPLIT_SPLIT for a split choice (topology.SPLIT_SPEC) of a job whose first rank runs at
+    root_ip: "all"; "root", the host rule on the root's address; else "policy" (site pairs are
+    chosen by the node file given with it)."""
+    if split == "root":
+        if not root_ip:
+            raise GridsplitError("split root needs the job's first host")
+        return f"hosts:{root_ip}"
+    return "all" if split == "all" else "policy"
 
 
 def rank_env_args(kind: str, env: dict[str, str]) -> list[str]:
@@ -113,13 +126,34 @@ def split_command(argv: list[str], env: dict[str, str], environ: dict[str, str])
     return argv, environ, "command"
 
 
+def run_split_mode(split: str) -> str:
+    """`gridsplit run --split` as the library's GRIDSPLIT_SPLIT: policy, all, or hosts: with each
+    host resolved here to its addresses (the library compares addresses, not names)."""
+    if split in ("policy", "all"):
+        return split
+    if not split.startswith("hosts:") or not split[6:]:
+        raise GridsplitError(f"--split {split}: give policy, all, or hosts:HOST[+HOST...] (the job's first host)")
+    addrs: list[str] = []
+    for h in split[6:].split("+"):
+        try:
+            infos = socket.getaddrinfo(h, None, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as e:
+            raise GridsplitError(f"--split {split}: host {h!r} does not resolve ({e}); give its name or address") from None
+        addrs += [a for a in dict.fromkeys(i[4][0].split("%")[0] for i in infos) if a not in addrs]
+    if len(addrs) > 16:
+        raise GridsplitError(f"--split {split}: {len(addrs)} addresses; the node library takes 16 (name the root host)")
+    return "hosts:" + "+".join(addrs)
+
+
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The node file (as written by `gridsplit gateway nodes-config`).")
 @click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
-@click.option("--split", "split", default="policy", show_default=True, type=click.Choice(["policy", "all"]),
+@click.option("--split", "split", default="policy", show_default=True, metavar="policy|all|hosts:HOST[+HOST]",
               help="policy: the config's split policy (site pairs listed in a direct_to stay direct); all: split "
-                   "every cross-site connection.")
+                   "every cross-site connection; hosts:HOST: split only the connections with an end at HOST (the "
+                   "job's first host: its gathers and broadcasts go through the gateways, exchanges among the "
+                   "other hosts stay direct).")
 @click.option("--dry-run", is_flag=True, help="Print the command line it would run, and run nothing.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple[str, ...]) -> None:
@@ -142,9 +176,9 @@ def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple
         raise GridsplitError(f"--lib {libpath}: no such file; give the libgridsplit.so that `make build` leaves in build/")
     cfg = os.path.abspath(config_path)
     check_nodes_file(cfg)
-    env = {"LD_PRELOAD": libpath, "GRIDSPLIT_CONFIG": cfg, "GRIDSPLIT_SPLIT": split}
+    env = {"LD_PRELOAD": libpath, "GRIDSPLIT_CONFIG": cfg, "GRIDSPLIT_SPLIT": run_split_mode(split)}
     argv, environ, who = split_command(argv, env, dict(os.environ))
-    click.echo(f"gridsplit run: {who} {'gets' if who == 'command' else 'get'} LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={split}",
+    click.echo(f"gridsplit run: {who} {'gets' if who == 'command' else 'get'} LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={env['GRIDSPLIT_SPLIT']}",
                err=True)
     if dry_run:
         extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " if who == "command" else ""

@@ -146,8 +146,9 @@ class WanLink:
 # decides (model.splitadvise.split_policy, from the split model); "always" and "never" pin it,
 # e.g. for a pair where a measured application gains (or loses) against the model's prediction.
 WAN_SPLIT = ("auto", "always", "never")
-# What a bench side's `split=`, and `lab mpirun --split=`, take (Topology.with_split).
-SPLIT_SPEC = re.compile(r"^(policy|all|none|[a-z][a-z0-9]*-[a-z][a-z0-9]*(\+[a-z][a-z0-9]*-[a-z][a-z0-9]*)*)$")
+# What a bench side's `split=`, and `lab mpirun --split=`, take (Topology.with_split; "root" is the
+# node library's host rule instead, lab.mpi.split_env).
+SPLIT_SPEC = re.compile(r"^(policy|all|none|root|[a-z][a-z0-9]*-[a-z][a-z0-9]*(\+[a-z][a-z0-9]*-[a-z][a-z0-9]*)*)$")
 
 
 # `[gateways] lan_pacing`: whether a gateway paces what it writes toward each LAN
@@ -350,6 +351,9 @@ class Topology:
             return self
         if spec == "all":
             return replace(self, gateways=replace(self.gateways, split="all"))
+        if spec == "root":
+            raise GridsplitError("split 'root' is the node library's host rule (connections of the job's first host), "
+                                 "not a set of site pairs; here give policy, all, none, or site pairs joined by '+'")
         if not SPLIT_SPEC.match(spec):
             raise GridsplitError(f"split {spec!r}: give policy, all, none, or site pairs joined by '+', e.g. "
                                  f"{'+'.join(w.name for w in self.wans[:2]) or 'east-west'}")

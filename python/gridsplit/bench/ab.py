@@ -247,8 +247,8 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     strategy, congestion, lan_tuning (on/off), lan_pacing (auto/on/off: pace the gateways' writes toward each LAN
     host at the nodes' NIC rate), wan_pacing (full/shared/adaptive: the WAN links' rate, docs/design/wan-pacing.md),
     wan_quickack (on/off: a WAN lane's pending ACK sent at each read, docs/design/wan-striping.md),
-    wan_streams (auto/1..16), split (policy, all, none, or site pairs joined
-    by +, e.g. east-west+east-north: those split, the others direct), policy_ops and policy_sizes (the jobs
+    wan_streams (auto/1..16), split (policy, all, none, root: only the connections of the job's first host, or
+    site pairs joined by +, e.g. east-west+east-north: those split, the others direct), policy_ops and policy_sizes (the jobs
     split=policy weighs, joined by +, e.g. policy_ops=gather,policy_sizes=100K+1M; as the topology's [gateways]
     keys), encryption (noise/insecure) and label.
     Example: `gridsplit bench ab gather --b gridsplitd=/tmp/old/target/release/gridsplitd`.

@@ -188,7 +188,7 @@ def run_one(grid, app: App, impl: str, mode: str, repeat: int, order: int,
     sites = {h.site for h in hosts}
     gws = grid.gateways(sites)
     watched = {h.name: h for h in [*hosts, *gws]}
-    env = {**dict(app.env), **(grid.split_env(split) if mode == "split" else {})}
+    env = {**dict(app.env), **(grid.split_env(split, hosts[0]) if mode == "split" else {})}
     work = Path(tempfile.mkdtemp(prefix=f"gridsplit-app-{app.name}-"))
     try:
         cpu_dir = work / ".rankcpu"

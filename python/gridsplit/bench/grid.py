@@ -55,8 +55,8 @@ class LabGrid:
     def program(self, impl: str, prog: str) -> str:
         return sysdeps.mpi_program(impl, prog)
 
-    def split_env(self, split: str = "policy") -> dict[str, str]:
-        return split_env(self.state, split)
+    def split_env(self, split: str = "policy", root: Host | None = None) -> dict[str, str]:
+        return split_env(self.state, split, root)
 
     def gateways(self, sites: set[str]) -> list[Host]:
         return [h for h in self.topo.hosts() if h.role == "gateway" and h.site in sites]

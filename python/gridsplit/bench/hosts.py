@@ -47,7 +47,7 @@ from ..errors import GridsplitError
 from ..inventory import Inventory
 from ..lab import counters as C
 from ..lab.mpi import watch
-from ..launch import rank_env_args, ranks_split_env
+from ..launch import library_mode, rank_env_args, ranks_split_env
 from ..netcheck.runner import FACTS_SCRIPT, Endpoint, Result, parse_facts
 from ..topology import GatewaySettings, Topology
 from ..topology_file import load_topology
@@ -363,17 +363,17 @@ class HostsGrid:
         m = self.inv.mpi
         return f"{m.programs.rstrip('/')}/{impl}/{prog}" if m.programs else sysdeps.mpi_program(impl, prog)
 
-    def split_env(self, split: str = "policy") -> dict[str, str]:
+    def split_env(self, split: str = "policy", root: RemoteHost | None = None) -> dict[str, str]:
         m = self.inv.mpi
-        if split not in ("policy", "all"):
+        if split not in ("policy", "all", "root"):
             raise GridsplitError(f"split {split!r}: on real hosts the ranks read the node file on the nodes; pin "
                                  "pairs with [[wan]] split in the topology and write it again with "
-                                 "`gridsplit gateway nodes-config`, or give policy or all")
+                                 "`gridsplit gateway nodes-config`, or give policy, all or root")
         if not m.nodes_config:
             raise GridsplitError(f"{self.inv.path}: split mode needs [mpi] nodes_config = \"PATH\": the node file "
                                  "on the nodes (`gridsplit gateway nodes-config`)")
-        return ranks_split_env(m.lib or sysdeps.built("libgridsplit.so"), m.nodes_config, split == "all",
-                               self.topo.gateways.lan_rto_min_us, self.topo.gateways.lan_delack_us)
+        return ranks_split_env(m.lib or sysdeps.built("libgridsplit.so"), m.nodes_config,
+                               library_mode(split, root and root.ip), self.topo.gateways.lan_rto_min_us, self.topo.gateways.lan_delack_us)
 
     def gateways(self, sites: set[str]) -> list[RemoteHost]:
         return [self.gws[s] for s in self.sites if s in sites and s in self.gws]

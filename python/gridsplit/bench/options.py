@@ -50,9 +50,9 @@ def streams(v: str) -> int:
 
 
 def split_spec(v: str) -> str:
-    """A split choice (topology.SPLIT_SPEC): policy, all, none, or site pairs joined by '+'."""
+    """A split choice (topology.SPLIT_SPEC): policy, all, none, root, or site pairs joined by '+'."""
     if not SPLIT_SPEC.match(v):
-        raise ValueError(f"{v!r} is not policy, all, none or site pairs joined by '+' (e.g. east-west+east-north)")
+        raise ValueError(f"{v!r} is not policy, all, none, root or site pairs joined by '+' (e.g. east-west+east-north)")
     return v
 
 

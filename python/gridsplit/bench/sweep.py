@@ -99,7 +99,7 @@ def run_point(grid, p: Point, reps_requested: int, budget: float, check: bool,
     prog = [grid.program(p.impl, op.prog), *op.args, "-s", str(p.size), "-r", str(reps)]
     if check:
         prog.append("--check")
-    split = grid.split_env(p.split or "policy") if p.mode == "split" else {}
+    split = grid.split_env(p.split or "policy", root) if p.mode == "split" else {}
     env = {**(rank_env or {}), **split}  # over the grid's own rank settings (lab: mpirun's RANK_ENV)
 
     for attempt in (1, 2):
@@ -329,8 +329,9 @@ def make_command(op: str) -> click.Command:
                   callback=O.csv(O.split_spec),
                   help="Which cross-site connections split mode splits, to compare: policy (the topology's split "
                        "policy: pairs where the split model predicts no gain, or a loss, stay direct), "
-                       "all, none, or site pairs joined by '+' (e.g. east-west+east-north: those split, the "
-                       "others direct); e.g. policy,all.")
+                       "all, none, root (only the connections with an end at rank 0's host: its gathers and "
+                       "broadcasts relayed, exchanges among the others direct), or site pairs joined by '+' "
+                       "(e.g. east-west+east-north: those split, the others direct); e.g. policy,all,root.")
     @click.option("--rank-env", "rank_env", multiple=True, metavar="NAME=VALUE", callback=O.rank_env,
                   help="Environment for every rank in both modes, e.g. an MPI setting such as "
                        "OMPI_MCA_btl_tcp_eager_limit=131072 or UCX_RNDV_THRESH=1048576 (repeatable; recorded in "

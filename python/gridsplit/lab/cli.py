@@ -259,11 +259,12 @@ def check(as_json: bool, pairs: int, seconds: float, repeat: int, out: str | Non
 @click.option("--impl", type=click.Choice(["mpich", "openmpi"]), default="mpich", show_default=True)
 @click.option("-n", "nprocs", type=click.IntRange(1, 4096), default=None, help="Number of ranks (default: one per host).")
 @click.option("--hosts", default=None, help="Comma-separated lab hosts, rank 0 on the first (default: every node).")
-@click.option("--split", "split", is_flag=False, flag_value="policy", default=None, metavar="[policy|all|none|PAIRS]",
+@click.option("--split", "split", is_flag=False, flag_value="policy", default=None, metavar="[policy|all|none|root|PAIRS]",
               help="Through the site gateways (libgridsplit.so preloaded into the ranks): --split follows the "
                    "topology's split policy (site pairs where the split model predicts no gain, or a loss, stay "
                    "direct: `gridsplit gateway config` says why per pair), --split=all splits every cross-site "
-                   "connection, --split=none none, --split=east-west+east-north only those pairs.")
+                   "connection, --split=none none, --split=root only those with an end at the first host (rank 0's: "
+                   "docs/design/host-rule.md), --split=east-west+east-north only those pairs.")
 @click.option("--direct", "direct", is_flag=True, help="Node to node, no gateway (the default).")
 @click.option("--timeout", type=float, default=None, help="Stop the job after this many seconds.")
 @click.option("--poll", is_flag=True,
@@ -278,7 +279,7 @@ def mpirun(impl: str, nprocs: int | None, hosts: str | None, split: str | None, 
     prog = prog[1:] if prog and prog[0] == "--" else prog
     if split and direct:
         raise GridsplitError("give --split or --direct, not both")
-    env = split_env(state, split) if split else None
+    env = split_env(state, split, hs[0]) if split else None
     cp = run_mpi(state, impl, nprocs or len(hs), hs, list(prog), env=env,
                  timeout=timeout, poll=poll)
     sys.exit(cp.returncode)

@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import sysdeps
 from ..errors import GridsplitError
 from ..gateway import nodes_conf
-from ..launch import rank_env_args, ranks_split_env
+from ..launch import library_mode, rank_env_args, ranks_split_env
 from ..topology import Host
 from .realize import LabState, stop_pids
 
@@ -59,18 +59,20 @@ exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' 
     return path
 
 
-def split_env(state: LabState, split: str = "policy") -> dict[str, str]:
+def split_env(state: LabState, split: str = "policy", root: Host | None = None) -> dict[str, str]:
     """What a rank needs to send its cross-site connections through the gateways: those of the
-    site pairs the split policy splits ("policy"), all of them ("all"), none ("none"), or the
-    pairs named ("a-b+c-d"; Topology.with_split). Another choice than the policy gets a node file
-    of its own beside the lab's; the gateways relay whatever their nodes send them."""
+    site pairs the split policy splits ("policy"), all of them ("all"), none ("none"), the pairs
+    named ("a-b+c-d"; Topology.with_split), or those with an end at the job's first host, `root`
+    ("root": the node library's host rule, docs/design/host-rule.md). Pairs other than the
+    policy's get a node file of their own beside the lab's; the gateways relay whatever their
+    nodes send them."""
     if not state.data.get("gateways"):
         raise GridsplitError("--split needs gateways: this lab has none running (topology without gateway = true, or `lab up --no-gateways`)")
     conf = state.names.state_dir / "nodes.conf"  # the policy's: lab.gateways.start_gateways writes it
-    if split not in ("policy", "all"):
+    if split not in ("policy", "all", "root"):
         conf = state.names.state_dir / f"nodes-split-{split}.conf"
         conf.write_text(nodes_conf(state.topo.with_split(split)))
-    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(conf), split == "all",
+    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(conf), library_mode(split, root and root.ip),
                            state.topo.gateways.lan_rto_min_us, state.topo.gateways.lan_delack_us)
 
 
