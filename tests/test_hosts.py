@@ -105,9 +105,22 @@ def test_run_gives_srun_tasks_the_library_not_srun(tmp_path):
                          "--split", "hosts:localhost+127.0.0.1", "--dry-run", "--", "srun", "./app"], text=True,
                         capture_output=True, cwd=ROOT, timeout=60, env=env)
     assert cp.returncode == 0 and "GRIDSPLIT_SPLIT=hosts:127.0.0.1 ./app" in cp.stdout, cp.stdout + cp.stderr
+    # root: rank 0's host, the first of srun's node list (a Slurm hostlist) or of the launcher's hostfile
+    # (the application's own -f after the program is not read); a command naming no host is one line.
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib", str(lib),
+                         "--split", "root", "--dry-run", "--", "srun", "./app"], text=True, capture_output=True,
+                        cwd=ROOT, timeout=60, env={**env, "SLURM_JOB_NODELIST": "localhost,n[01-03]"})
+    assert cp.returncode == 0 and "GRIDSPLIT_SPLIT=hosts:127.0.0.1 ./app" in cp.stdout, cp.stdout + cp.stderr
+    assert "rank 0's host is localhost (SLURM_JOB_NODELIST)" in cp.stderr
+    (tmp_path / "hostfile").write_text("# ours\n\n127.0.0.1:4\nfar-node:4\n")
+    cp = subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib", str(lib),
+                         "--split", "root", "--dry-run", "--", "mpiexec.mpich", "-n", "8", "-f",
+                         str(tmp_path / "hostfile"), "true", "-f", "/nonexistent"], text=True, capture_output=True,
+                        cwd=ROOT, timeout=60, env=env)
+    assert cp.returncode == 0 and "-genv GRIDSPLIT_SPLIT hosts:127.0.0.1 -n 8" in cp.stdout, cp.stdout + cp.stderr
     for bad, expect in (("hosts:gs-no-such-host.invalid", "host 'gs-no-such-host.invalid' does not resolve"),
-                        ("hosts:", "give policy, all, or hosts:HOST[+HOST...]"),
-                        ("root", "give policy, all, or hosts:HOST[+HOST...]")):
+                        ("hosts:", "give policy, all, root, or hosts:HOST[+HOST...]"),
+                        ("root", "--split root: the command names no hosts")):
         one_line_error(subprocess.run([sys.executable, "-m", "gridsplit", "run", "--config", str(conf), "--lib",
                                        str(lib), "--split", bad, "--", "srun", "./app"], text=True,
                                       capture_output=True, cwd=ROOT, timeout=60, env=env), expect)

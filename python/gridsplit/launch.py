@@ -114,9 +114,10 @@ def launcher_kind(argv0: str) -> str | None:
     return None
 
 
-def split_command(argv: list[str], env: dict[str, str], environ: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
-    """The command line and environment that give `env` to the ranks of `argv`, and what they were given to."""
-    kind = launcher_kind(argv[0])
+def split_command(argv: list[str], env: dict[str, str], environ: dict[str, str],
+                  kind: str | None) -> tuple[list[str], dict[str, str], str]:
+    """The command line and environment that give `env` to the ranks of `argv` (launcher_kind
+    `kind`), and what they were given to."""
     environ = dict(environ)
     if kind == "srun":
         return srun_argv(argv, env, environ), environ, "tasks of srun"
@@ -126,13 +127,56 @@ def split_command(argv: list[str], env: dict[str, str], environ: dict[str, str])
     return argv, environ, "command"
 
 
+# The launcher options that name its hosts, by launcher kind: a hostfile, or a list.
+# Both launchers place rank 0 on the first host they list unless a rankfile or a
+# mapping option says otherwise (then `--split hosts:HOST` names it).
+HOSTFILE_OPTS = {"mpich": ("-f", "-hostfile", "-machinefile"),
+                 "openmpi": ("--hostfile", "-hostfile", "--machinefile", "-machinefile", "--default-hostfile")}
+HOSTLIST_OPTS = {"mpich": ("-hosts", "-host"), "openmpi": ("--host", "-host", "-H"), "srun": ("-w", "--nodelist")}
+
+
+def _first_of_hostlist(text: str) -> str:
+    """The first host of a host list: "a,b", Open MPI's "a:4,b", hydra's "a:4", or a Slurm
+    hostlist "n[01-04,7],m" (its first name only: the one rank 0 gets, so no expansion needed)."""
+    head = text.split(",")[0] if "[" not in text.split(",")[0] else text
+    if "[" in head:
+        prefix, rest = head.split("[", 1)
+        return prefix + rest.split("-")[0].split(",")[0].rstrip("]")
+    return head.split(":")[0]
+
+
+def first_host(kind: str | None, argv: list[str], environ: dict[str, str]) -> tuple[str, str] | None:
+    """Rank 0's host under the launcher's default placement, and where it was read: the first
+    host of its hostfile or host-list option, or of srun's node list (SLURM_JOB_NODELIST).
+    The launcher's options end at the program: the first argument that is an executable."""
+    args = argv[1:]
+    for i, a in enumerate(args):
+        if not a.startswith("-") and shutil.which(a) and (i == 0 or args[i - 1] not in
+                                                           HOSTFILE_OPTS.get(kind or "", ())):
+            break
+        opt, eq, val = a.partition("=")
+        value = val if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if opt in HOSTFILE_OPTS.get(kind or "", ()) and value:
+            try:
+                lines = [l.split("#")[0].split() for l in open(value, encoding="utf-8", errors="replace")]
+            except OSError as e:
+                raise GridsplitError(f"{a} {value}: cannot read the hostfile ({e.strerror})") from None
+            first = next((l[0] for l in lines if l), None)
+            return (first.split(":")[0], f"the first line of {value}") if first else None
+        if opt in HOSTLIST_OPTS.get(kind or "", ()) and value:
+            return _first_of_hostlist(value), f"{opt} {value}"
+    if kind == "srun" and environ.get("SLURM_JOB_NODELIST"):
+        return _first_of_hostlist(environ["SLURM_JOB_NODELIST"]), "SLURM_JOB_NODELIST"
+    return None
+
+
 def run_split_mode(split: str) -> str:
     """`gridsplit run --split` as the library's GRIDSPLIT_SPLIT: policy, all, or hosts: with each
     host resolved here to its addresses (the library compares addresses, not names)."""
     if split in ("policy", "all"):
         return split
     if not split.startswith("hosts:") or not split[6:]:
-        raise GridsplitError(f"--split {split}: give policy, all, or hosts:HOST[+HOST...] (the job's first host)")
+        raise GridsplitError(f"--split {split}: give policy, all, root, or hosts:HOST[+HOST...] (the job's first host)")
     addrs: list[str] = []
     for h in split[6:].split("+"):
         try:
@@ -149,11 +193,12 @@ def run_split_mode(split: str) -> str:
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The node file (as written by `gridsplit gateway nodes-config`).")
 @click.option("--lib", default=None, help="Path of libgridsplit.so (default: the built one).")
-@click.option("--split", "split", default="policy", show_default=True, metavar="policy|all|hosts:HOST[+HOST]",
+@click.option("--split", "split", default="policy", show_default=True, metavar="policy|all|root|hosts:HOST[+HOST]",
               help="policy: the config's split policy (site pairs listed in a direct_to stay direct); all: split "
-                   "every cross-site connection; hosts:HOST: split only the connections with an end at HOST (the "
-                   "job's first host: its gathers and broadcasts go through the gateways, exchanges among the "
-                   "other hosts stay direct).")
+                   "every cross-site connection; root: split only the connections with an end at rank 0's host (the "
+                   "first of the launcher's hostfile or host list, or of srun's node list): its gathers and "
+                   "broadcasts go through the gateways, exchanges among the other hosts stay direct "
+                   "(docs/design/host-rule.md); hosts:HOST: the same for the hosts named.")
 @click.option("--dry-run", is_flag=True, help="Print the command line it would run, and run nothing.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple[str, ...]) -> None:
@@ -176,9 +221,19 @@ def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple
         raise GridsplitError(f"--lib {libpath}: no such file; give the libgridsplit.so that `make build` leaves in build/")
     cfg = os.path.abspath(config_path)
     check_nodes_file(cfg)
-    env = {"LD_PRELOAD": libpath, "GRIDSPLIT_CONFIG": cfg, "GRIDSPLIT_SPLIT": run_split_mode(split)}
-    argv, environ, who = split_command(argv, env, dict(os.environ))
-    click.echo(f"gridsplit run: {who} {'gets' if who == 'command' else 'get'} LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={env['GRIDSPLIT_SPLIT']}",
+    kind = launcher_kind(argv[0])
+    if split == "root":
+        found = first_host(kind, argv, dict(os.environ))
+        if found is None:
+            raise GridsplitError("--split root: the command names no hosts (no hostfile or host-list option of "
+                                 "mpiexec/mpirun, no srun node list); give --split hosts:HOST, rank 0's host")
+        click.echo(f"gridsplit run: rank 0's host is {found[0]} ({found[1]}): only its cross-site connections "
+                   "are split", err=True)
+        split = f"hosts:{found[0]}"
+    mode = run_split_mode(split)
+    env = {"LD_PRELOAD": libpath, "GRIDSPLIT_CONFIG": cfg, "GRIDSPLIT_SPLIT": mode}
+    argv, environ, who = split_command(argv, env, dict(os.environ), kind)
+    click.echo(f"gridsplit run: {who} {'gets' if who == 'command' else 'get'} LD_PRELOAD={libpath} GRIDSPLIT_CONFIG={cfg} GRIDSPLIT_SPLIT={mode}",
                err=True)
     if dry_run:
         extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " if who == "command" else ""
