@@ -44,14 +44,14 @@ def ranks_split_env(lib: str, config: str, mode: str = "policy", lan_rto_min_us:
     return env
 
 
-def library_mode(split: str, root_ip: str | None = None) -> str:
-    """GRIDSPLIT_SPLIT for a split choice (topology.SPLIT_SPEC) of a job whose first rank runs at
-    root_ip: "all"; "root", the host rule on the root's address; else "policy" (site pairs are
-    chosen by the node file given with it)."""
+def library_mode(split: str, root: str | None = None) -> str:
+    """GRIDSPLIT_SPLIT for a split choice (topology.SPLIT_SPEC) of a job whose first rank runs on
+    host `root` (an address or a name): "all"; "root", the host rule on the root's addresses; else
+    "policy" (site pairs are chosen by the node file given with it)."""
     if split == "root":
-        if not root_ip:
+        if not root:
             raise GridsplitError("split root needs the job's first host")
-        return f"hosts:{root_ip}"
+        return hosts_mode([root], "split root")
     return "all" if split == "all" else "policy"
 
 
@@ -177,15 +177,21 @@ def run_split_mode(split: str) -> str:
         return split
     if not split.startswith("hosts:") or not split[6:]:
         raise GridsplitError(f"--split {split}: give policy, all, root, or hosts:HOST[+HOST...] (the job's first host)")
+    return hosts_mode(split[6:].split("+"), f"--split {split}")
+
+
+def hosts_mode(hosts: list[str], what: str) -> str:
+    """The host rule's GRIDSPLIT_SPLIT for `hosts` (names or addresses), each resolved here to its
+    addresses: the library compares addresses, not names."""
     addrs: list[str] = []
-    for h in split[6:].split("+"):
+    for h in hosts:
         try:
             infos = socket.getaddrinfo(h, None, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError) as e:
-            raise GridsplitError(f"--split {split}: host {h!r} does not resolve ({e}); give its name or address") from None
+            raise GridsplitError(f"{what}: host {h!r} does not resolve ({e}); give its name or address") from None
         addrs += [a for a in dict.fromkeys(i[4][0].split("%")[0] for i in infos) if a not in addrs]
     if len(addrs) > 16:
-        raise GridsplitError(f"--split {split}: {len(addrs)} addresses; the node library takes 16 (name the root host)")
+        raise GridsplitError(f"{what}: {len(addrs)} addresses; the node library takes 16 (name the root host)")
     return "hosts:" + "+".join(addrs)
 
 
