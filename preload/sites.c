@@ -289,7 +289,7 @@ int gs_config_split_mode(struct gs_config *cfg, const char *mode, char *err, siz
     }
     for (int i = 0; i < cfg->nsites; i++)
         cfg->site[i].direct_to[0] = 0;
-    memcpy(cfg->hosts, hosts, sizeof hosts);
+    memcpy(cfg->hosts, hosts, (size_t)n * sizeof hosts[0]);
     cfg->nhosts = n;
     cfg->own_is_host = n && own_is_listed(cfg);
     return 0;
