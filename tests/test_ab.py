@@ -70,7 +70,7 @@ def test_compare_pairs_the_sides_by_round():
     ("colour=red", "is not KEY=VALUE"),
     ("strategy=fastest", "is not one of"),
     ("lan_pacing=yes", "lan_pacing='yes' is not one of auto, on, off"),
-    ("split=east-", "split: 'east-' is not policy, all, none or site pairs joined by"),
+    ("split=east-", "split: 'east-' is not policy, all, none, root or site pairs joined by"),
     ("gridsplitd=/nonexistent/gridsplitd", "is not an executable file"),
     ("policy_ops=gather+scan", "policy_ops: must be a non-empty list of gather, bcast, alltoall, halo"),
     ("policy_sizes=100K+10M", "policy_sizes: '10M' is not a message size from 1K to 2M; join several with"),
