@@ -20,6 +20,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import click
 
@@ -138,11 +139,11 @@ HOSTLIST_OPTS = {"mpich": ("-hosts", "-host"), "openmpi": ("--host", "-host", "-
 def _first_of_hostlist(text: str) -> str:
     """The first host of a host list: "a,b", Open MPI's "a:4,b", hydra's "a:4", or a Slurm
     hostlist "n[01-04,7],m" (its first name only: the one rank 0 gets, so no expansion needed)."""
-    head = text.split(",")[0] if "[" not in text.split(",")[0] else text
-    if "[" in head:
-        prefix, rest = head.split("[", 1)
-        return prefix + rest.split("-")[0].split(",")[0].rstrip("]")
-    return head.split(":")[0]
+    first = text.split(",")[0]
+    if "[" in first:
+        prefix, rest = first.split("[", 1)
+        return prefix + rest.split("-")[0].rstrip("]")
+    return first.split(":")[0]
 
 
 def first_host(kind: str | None, argv: list[str], environ: dict[str, str]) -> tuple[str, str] | None:
@@ -158,10 +159,10 @@ def first_host(kind: str | None, argv: list[str], environ: dict[str, str]) -> tu
         value = val if eq else (args[i + 1] if i + 1 < len(args) else "")
         if opt in HOSTFILE_OPTS.get(kind or "", ()) and value:
             try:
-                lines = [l.split("#")[0].split() for l in open(value, encoding="utf-8", errors="replace")]
+                text = Path(value).read_text(encoding="utf-8", errors="replace")
             except OSError as e:
                 raise GridsplitError(f"{a} {value}: cannot read the hostfile ({e.strerror})") from None
-            first = next((l[0] for l in lines if l), None)
+            first = next((w[0] for w in (l.split("#")[0].split() for l in text.splitlines()) if w), None)
             return (first.split(":")[0], f"the first line of {value}") if first else None
         if opt in HOSTLIST_OPTS.get(kind or "", ()) and value:
             return _first_of_hostlist(value), f"{opt} {value}"
@@ -180,6 +181,9 @@ def run_split_mode(split: str) -> str:
     return hosts_mode(split[6:].split("+"), f"--split {split}")
 
 
+MAX_SPLIT_HOSTS = 16  # GS_MAX_SPLIT_HOSTS in preload/gs_internal.h
+
+
 def hosts_mode(hosts: list[str], what: str) -> str:
     """The host rule's GRIDSPLIT_SPLIT for `hosts` (names or addresses), each resolved here to its
     addresses: the library compares addresses, not names."""
@@ -190,8 +194,9 @@ def hosts_mode(hosts: list[str], what: str) -> str:
         except (socket.gaierror, UnicodeError) as e:
             raise GridsplitError(f"{what}: host {h!r} does not resolve ({e}); give its name or address") from None
         addrs += [a for a in dict.fromkeys(i[4][0].split("%")[0] for i in infos) if a not in addrs]
-    if len(addrs) > 16:
-        raise GridsplitError(f"{what}: {len(addrs)} addresses; the node library takes 16 (name the root host)")
+    if len(addrs) > MAX_SPLIT_HOSTS:
+        raise GridsplitError(f"{what}: {len(addrs)} addresses; the node library takes {MAX_SPLIT_HOSTS} "
+                             "(name the root host)")
     return "hosts:" + "+".join(addrs)
 
 
