@@ -83,12 +83,14 @@ static int accept_common(int lfd, struct sockaddr *addr, socklen_t *addrlen, int
         int saved = errno;
         struct gs_addr peer;
         const struct gs_config *cfg = gs_config();
-        if (!cfg || gs_sockaddr_to_addr((struct sockaddr *)&ss, sl, &peer, NULL) < 0 ||
-            !gs_config_is_own_gateway(cfg, &peer)) {
+        int have_peer = cfg && gs_sockaddr_to_addr((struct sockaddr *)&ss, sl, &peer, NULL) == 0;
+        if (!have_peer || !gs_config_is_own_gateway(cfg, &peer)) {
             /* A direct connection (same site, or not through gridsplit). */
             struct gs_slot *old = gs_slot_peek(fd);
             if (old)
                 gs_slot_clear(old); /* stale state of a number closed behind our back */
+            if (have_peer && gs_lan_timers_on() && gs_config_in_own_site(cfg, &peer))
+                gs_lan_timers(fd); /* a same-site connection: its segments stay on the LAN */
             errno = saved;
             gs_copy_out_addr(&ss, sl, addr, addrlen);
             return fd;

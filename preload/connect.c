@@ -213,6 +213,17 @@ static void name_unknown_destination(const struct gs_addr *dst, uint16_t dport)
            "add the site to the topology and rewrite the node file (gridsplit gateway nodes-config)", dbuf);
 }
 
+/* A TCP stream socket (not UDP, not SCTP's stream mode). */
+static int is_tcp_stream(int fd)
+{
+    int type = 0, proto = 0;
+    socklen_t l = sizeof type;
+    if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_STREAM)
+        return 0;
+    l = sizeof proto;
+    return REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) < 0 || proto == IPPROTO_TCP;
+}
+
 GS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     struct gs_slot *s = gs_slot_peek(fd);
@@ -239,18 +250,13 @@ GS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     if (site < 0) {
         if (cfg && !cfg->routed && gs_config_in_no_site(cfg, &dst))
             name_unknown_destination(&dst, dport);
+        else if (cfg && gs_lan_timers_on() && gs_config_in_own_site(cfg, &dst) && is_tcp_stream(fd))
+            gs_lan_timers(fd); /* a same-site connection: its segments stay on the LAN */
         errno = saved;
         return REAL(connect)(fd, addr, len);
     }
     /* Only TCP streams are redirected (not UDP, not SCTP's stream mode). */
-    int type = 0, proto = 0;
-    socklen_t l = sizeof type;
-    if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_STREAM) {
-        errno = saved;
-        return REAL(connect)(fd, addr, len);
-    }
-    l = sizeof proto;
-    if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) == 0 && proto != IPPROTO_TCP) {
+    if (!is_tcp_stream(fd)) {
         errno = saved;
         return REAL(connect)(fd, addr, len);
     }

@@ -129,6 +129,9 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
 /* Index of the site a connection to dst must be redirected to, or -1 when the
  * connection is left alone (own site, loopback, unknown network, direct pair). */
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
+/* Non-zero when a is a host of the own site's subnets (not loopback): a connection
+ * to it stays on the site's LAN, where the LAN timers apply (gs_lan_timers). */
+int gs_config_in_own_site(const struct gs_config *cfg, const struct gs_addr *a);
 /* Non-zero when dst is in no site of the file and not loopback: on an unrouted grid
  * such a destination can be reached only if something outside the grid routes it. */
 int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst);
@@ -237,8 +240,11 @@ extern int gs_accept_timeout_ms;
 extern int gs_handshake_timeout_ms;
 
 /* Applies the LAN timers (GRIDSPLIT_LAN_RTO_MIN_US, GRIDSPLIT_LAN_DELACK_MAX_US) to a
- * relayed connection's socket; best effort. */
+ * TCP socket whose every segment stays on the site's LAN: a relayed connection's
+ * (its peer is the site's gateway) or a same-site connection's; best effort. */
 void gs_lan_timers(int fd);
+/* Non-zero when LAN timers are set (either variable above). */
+int gs_lan_timers_on(void);
 
 /* --------------------------------------------------------------- fdtable.c */
 

@@ -3,8 +3,9 @@
  * The constructor reads the GRIDSPLIT_* tuning variables (debug, timeouts, LAN
  * timers); the node file (GRIDSPLIT_CONFIG, GRIDSPLIT_SITE, GRIDSPLIT_SPLIT) is read
  * on first use instead, so that processes that never open an inter-site socket
- * stay silent. gs_lan_timers() applies the LAN timers to a relayed connection's
- * socket, on the connecting (connect.c) and the accepting side (accept.c).
+ * stay silent. gs_lan_timers() applies the LAN timers to a LAN connection's socket
+ * (relayed, or within the site), on the connecting (connect.c) and the accepting
+ * side (accept.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,10 +25,13 @@ int gs_accept_timeout_ms = 2000;
  * well before that, so this bound only matters when the gateway hangs or its
  * host drops SYNs. */
 int gs_handshake_timeout_ms = 130000;
-/* LAN timers for relayed connections, whose every segment stays on the site's
- * LAN: with GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs
- * 8 ms instead of Linux's 200 ms minimum RTO (GRIDSPLIT_LAN_DELACK_MAX_US keeps
- * delayed ACKs under it). Off by default: under persistent congestion (many
+/* LAN timers for the connections whose every segment stays on the site's LAN
+ * (relayed ones, to or from the site's gateway, and those within the site): with
+ * GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs 8 ms instead
+ * of Linux's 200 ms minimum RTO, and so does a lost last segment of a message,
+ * which Linux probes after two RTTs plus that minimum (its tail-loss probe with
+ * one segment in flight; GRIDSPLIT_LAN_DELACK_MAX_US keeps delayed ACKs under it;
+ * docs/design/lan-legs.md). Off by default: under persistent congestion (many
  * senders converging on the gateway) a short RTO fires far more often and each
  * timeout's go-back-N makes the congestion worse (measured:
  * docs/design/lan-legs.md). */
@@ -128,6 +132,11 @@ const struct gs_config *gs_config(void)
 #define TCP_DELACK_MAX_US 46
 #endif
 
+int gs_lan_timers_on(void)
+{
+    return gs_lan_rto_min_us > 0 || gs_lan_delack_max_us > 0;
+}
+
 void gs_lan_timers(int fd)
 {
     static const struct { int opt; const char *env; } opts[] = {
@@ -143,7 +152,7 @@ void gs_lan_timers(int fd)
              * which is slower after a LAN loss, not wrong. Said once. */
             static _Atomic int logged;
             if (!atomic_exchange(&logged, 1) || gs_debug)
-                gs_log("%s=%d refused by the kernel (%s); relayed connections keep its "
+                gs_log("%s=%d refused by the kernel (%s); LAN connections keep its "
                        "default timers (needs Linux 6.15+)", opts[i].env, vals[i], strerror(errno));
         }
     }

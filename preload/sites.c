@@ -80,6 +80,12 @@ int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst)
     return !is_loopback(dst) && site_of(cfg, dst) < 0;
 }
 
+int gs_config_in_own_site(const struct gs_config *cfg, const struct gs_addr *a)
+{
+    int i = site_of(cfg, a);
+    return i >= 0 && cfg->own >= 0 && same_site(cfg, i, cfg->own) && !is_loopback(a);
+}
+
 static int listed_host(const struct gs_config *cfg, const struct gs_addr *a)
 {
     for (int i = 0; i < cfg->nhosts; i++)

@@ -96,7 +96,7 @@ BAD = [
     (GOOD + '[gateways]\nwan_pacing = "half"\n', "gateways.wan_pacing: must be one of full, shared, adaptive, got 'half'"),
     (GOOD + '[gateways]\nlan_rto_min_us = 900000\n', "gateways.lan_rto_min_us: must be ≤ 200000"),
     (GOOD + '[gateways]\nlan_delack_max_us = -1\n', "gateways.lan_delack_max_us: must be ≥ 0"),
-    (GOOD + '[gateways]\nlan_delack_max_us = 1000\n', "gateways.lan_delack_max_us: must be 0 or at least 2000 (µs)"),
+    (GOOD + '[gateways]\nlan_delack_max_us = 1000\n', "gateways.lan_delack_max_us: must be 0 or 2000-200000 (µs)"),
     (GOOD + '[gateways]\noutage_limit_s = 0.5\n', "gateways.outage_limit_s: must be ≥ 1"),
     (GOOD + '[gateways]\nwan_streams = 0\n', "gateways.wan_streams: must be > 0, got 0; e.g. wan_streams = 4"),
     (GOOD + '[gateways]\nwan_streams = 17\n', "gateways.wan_streams: must be ≤ 16"),

@@ -134,6 +134,11 @@ static void test_own_gateways(void)
     CHECK(classify("10.3.0.7") == -1, "a's second subnet is a's: not redirected");
     CHECK(classify("10.2.0.253") == -1, "a's second gateway is not redirected");
     CHECK(classify("10.2.0.7") == 1, "b is redirected: %d", classify("10.2.0.7"));
+    /* Where the LAN timers apply to a connection that is not relayed: the own site's
+     * subnets (both of a's); not b's, not loopback. */
+    struct gs_addr a1 = ip("10.1.0.7"), a2 = ip("10.3.0.7"), b1 = ip("10.2.0.7"), lo = ip("127.0.0.1");
+    CHECK(gs_config_in_own_site(&cfg, &a1) && gs_config_in_own_site(&cfg, &a2), "a's hosts are a's LAN");
+    CHECK(!gs_config_in_own_site(&cfg, &b1) && !gs_config_in_own_site(&cfg, &lo), "b's host, loopback: not a's LAN");
     CHECK(parse("gridsplit-nodes 1\nsite b 10.2.0.0/16 10.2.0.254:7100\n"
                 "site a 10.1.0.0/16 10.1.0.254:7100\n") == 0, "%s", err);
     CHECK(gs_config_pick_site(&cfg, "b", err, sizeof err) == 0, "%s", err);

@@ -152,15 +152,28 @@ def _lan_pacing(g: _Reader) -> str:
     return v
 
 
-def _lan_timer(g: _Reader, key: str) -> int:
-    """`[gateways] lan_rto_min_us` / `lan_delack_max_us`: 0 (Linux's) or at least 2000 µs. Linux
+def lan_timer(key: str, value: int | str) -> int:
+    """A LAN timer (`lan_rto_min_us`, `lan_delack_max_us`) in µs: 0 (Linux's) or 2000-200000. Linux
     refuses a timer under two jiffies (2 ms at HZ=1000, 8 ms at HZ=250) and keeps its default,
-    which gridsplitd and the node library can only log; under 2 ms no kernel takes it."""
-    v = g.integer(key, 0, positive=False, lo=0, hi=200000)
-    if 0 < v < 2000:
-        g.fail(key, f"must be 0 or at least 2000 (µs): Linux refuses timers under two jiffies "
-                    f"(2 ms at HZ=1000, 8 ms at HZ=250), got {v}")
+    which gridsplitd and the node library can only log; under 2 ms no kernel takes it, and over
+    200 ms (Linux's own minimum RTO) it would slow recovery down. ValueError names the key."""
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a whole number of µs, got {value!r}; e.g. {key}=5000") from None
+    if v != 0 and not 2000 <= v <= 200000:
+        raise ValueError(f"{key} must be 0 or 2000-200000 (µs): Linux refuses timers under two jiffies "
+                         f"(2 ms at HZ=1000, 8 ms at HZ=250) and its own minimum RTO is 200000, got {v}")
     return v
+
+
+def _lan_timer(g: _Reader, key: str) -> int:
+    """`[gateways] lan_rto_min_us` / `lan_delack_max_us` (lan_timer's bounds)."""
+    v = g.integer(key, 0, positive=False, lo=0, hi=200000)
+    try:
+        return lan_timer(key, v)
+    except ValueError as e:
+        g.fail(key, str(e).removeprefix(f"{key} "))
 
 
 def _site_subnet(r: _Reader, wan_block: ipaddress.IPv4Network, sites: list[Site]) -> ipaddress.IPv4Network:

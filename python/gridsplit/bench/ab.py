@@ -32,7 +32,7 @@ from ..procs import sigterm_interrupts
 from ..lab.mpi import IMPLS
 from ..model.splitadvise import split_policy
 from ..topology import DEFAULT_POLICY_OPS, DEFAULT_POLICY_SIZES, LAN_PACING, STRATEGIES, WAN_PACING, Topology
-from ..topology_file import BadPolicyJobs, load_topology, policy_jobs
+from ..topology_file import BadPolicyJobs, lan_timer, load_topology, policy_jobs
 from . import options as O
 from .. import units
 from .report import build_report
@@ -42,7 +42,8 @@ from .sweep import OPS, Point, run_plan
 # the split policy of the ranks, the gridsplitd binary, and a label.
 # policy_ops and policy_sizes ('+'-joined) name the jobs a side's split policy weighs, as the
 # topology's [gateways] keys do; Side.for_topology turns them into the pairs that policy splits.
-KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_pacing", "wan_quickack", "wan_streams",
+KEYS = ("gridsplitd", "strategy", "congestion", "lan_tuning", "lan_pacing", "wan_pacing", "wan_quickack", "lan_rto_min_us",
+        "wan_streams",
         "split", "encryption", "policy_ops", "policy_sizes", "label")
 CHOICES = {"strategy": STRATEGIES, "congestion": ("cubic", "reno", "bbr"), "lan_tuning": ("on", "off"),
            "wan_quickack": ("on", "off"),
@@ -105,6 +106,11 @@ def parse_side(default_label: str, text: str) -> Side:
                 raise GridsplitError(f"--{default_label.lower()}: wan_streams: {e}") from None
         elif key in ("lan_tuning", "wan_quickack"):
             settings[key] = value == "on"
+        elif key == "lan_rto_min_us":
+            try:
+                settings[key] = lan_timer("lan_rto_min_us", value)
+            except ValueError as e:
+                raise GridsplitError(f"--{default_label.lower()}: {e}") from None
         elif key == "split":
             try:
                 settings[key] = O.split_spec(value)
@@ -161,7 +167,7 @@ def side_point(side: Side, g, op: str, impl: str, nodes: int, size: int, repeat:
                  s.get("lan_tuning", g.lan_tuning), s.get("wan_streams", g.wan_streams), s.get("split", "policy"),
                  ab=side.label, gridsplitd=side.gridsplitd, encryption=s.get("encryption", g.encryption),
                  pacing=s.get("lan_pacing", g.lan_pacing), wan_pacing=s.get("wan_pacing", g.wan_pacing),
-                 wan_quickack=s.get("wan_quickack", g.wan_quickack))
+                 wan_quickack=s.get("wan_quickack", g.wan_quickack), lan_rto=s.get("lan_rto_min_us"))
 
 
 def plan(op: str, topo_gateways, sides: tuple[Side, Side], impls: list[str], nodes: list[int], sizes: list[int],
@@ -247,6 +253,7 @@ def ab(op, side_a, side_b, topology, scale, nodes, sizes, impls, rounds, reps, b
     strategy, congestion, lan_tuning (on/off), lan_pacing (auto/on/off: pace the gateways' writes toward each LAN
     host at the nodes' NIC rate), wan_pacing (full/shared/adaptive: the WAN links' rate, docs/design/wan-pacing.md),
     wan_quickack (on/off: a WAN lane's pending ACK sent at each read, docs/design/wan-striping.md),
+    lan_rto_min_us (0, or 2000-200000: the LAN timers of the gateways' and the ranks' LAN connections, docs/design/lan-legs.md),
     wan_streams (auto/1..16), split (policy, all, none, root: only the connections of the job's first host, or
     site pairs joined by +, e.g. east-west+east-north: those split, the others direct), policy_ops and policy_sizes (the jobs
     split=policy weighs, joined by +, e.g. policy_ops=gather,policy_sizes=100K+1M; as the topology's [gateways]

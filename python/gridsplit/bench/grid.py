@@ -47,7 +47,7 @@ class LabGrid:
         g = self.topo.gateways
         self.built = sysdeps.built("gridsplitd")
         self.variant = (g.strategy, g.congestion, g.lan_tuning, g.wan_streams, gateway_binary(state.data),
-                        g.encryption, g.lan_pacing, g.wan_pacing, g.wan_quickack)
+                        g.encryption, g.lan_pacing, g.wan_pacing, g.wan_quickack, g.lan_rto_min_us)
 
     def bound(self, op: str, root: Host, senders: list[Host], size: int) -> float:
         return bound_per_rep(self.topo, op, root, senders, size)
@@ -89,17 +89,18 @@ class LabGrid:
         want = (p.strategy, p.congestion, p.lan, p.streams, p.gridsplitd or self.built,
                 p.encryption or self.topo.gateways.encryption, p.pacing or self.topo.gateways.lan_pacing,
                 p.wan_pacing or self.topo.gateways.wan_pacing,
-                self.topo.gateways.wan_quickack if p.wan_quickack is None else p.wan_quickack)
+                self.topo.gateways.wan_quickack if p.wan_quickack is None else p.wan_quickack,
+                self.topo.gateways.lan_rto_min_us if p.lan_rto is None else p.lan_rto)
         if p.mode != "split" or want == self.variant:
             return
         say(f"[dim]·[/dim] restarting gateways: strategy {p.strategy}, WAN congestion control {p.congestion}, "
             f"LAN tuning {'on' if p.lan else 'off'}, LAN pacing {want[6]}, WAN streams {p.streams or 'auto'}"
             f"{'' if want[4] == self.built else ', gridsplitd ' + want[4]}, WAN encryption {want[5]}, WAN pacing {want[7]}"
-            f"{', WAN quick ACKs' if want[8] else ''}")
+            f"{', WAN quick ACKs' if want[8] else ''}{f', LAN minimum RTO {want[9]} µs' if want[9] else ''}")
         self.state = realize.restart_gateways(self.state, gridsplitd=p.gridsplitd, strategy=p.strategy,
                                               congestion=p.congestion, lan_tuning=p.lan, wan_streams=p.streams,
                                               encryption=want[5], lan_pacing=want[6], wan_pacing=want[7],
-                                              wan_quickack=want[8])
+                                              wan_quickack=want[8], lan_rto_min_us=want[9])
         self.variant = want
 
     def meta(self) -> dict[str, Any]:

@@ -64,6 +64,8 @@ class Point:
     wan_pacing: str | None = None
     # `bench ab`: [gateways] wan_quickack of the side (None: the topology's).
     wan_quickack: bool | None = None
+    # `bench ab`: [gateways] lan_rto_min_us of the side (the LAN timers; None: the topology's).
+    lan_rto: int | None = None
 
     @property
     def variant(self) -> dict[str, Any] | None:
@@ -73,13 +75,14 @@ class Point:
         v = {"strategy": self.strategy, "congestion": self.congestion, "lan_tuning": self.lan,
              "lan_pacing": self.pacing, "wan_streams": self.streams, "split": self.split}
         return ({**v, "ab": self.ab, "gridsplitd": self.gridsplitd, "encryption": self.encryption,
-                 "wan_pacing": self.wan_pacing, "wan_quickack": self.wan_quickack} if self.ab else v)
+                 "wan_pacing": self.wan_pacing, "wan_quickack": self.wan_quickack,
+                 **({"lan_rto_min_us": self.lan_rto} if self.lan_rto is not None else {})} if self.ab else v)
 
     @property
     def key(self) -> tuple:
         return (self.op, self.impl, self.nodes, self.size, self.repeat, self.mode, self.strategy, self.congestion,
                 self.lan, self.streams, self.split, self.ab, self.encryption, self.pacing, self.wan_pacing,
-                self.wan_quickack)
+                self.wan_quickack, self.lan_rto)
 
 
 # -- placement and physics -----------------------------------------------------

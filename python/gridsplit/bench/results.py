@@ -69,7 +69,8 @@ def row_key(row: dict[str, Any]) -> tuple:
     # The point's own node count: `--nodes all` is one key whatever the grid's size (older rows: nodes).
     return (row["op"], row["impl"], row.get("nodes_requested", row["nodes"]), row["size_bytes"], row["repeat"], row["mode"],
             v.get("strategy"), v.get("congestion"), v.get("lan_tuning"), v.get("wan_streams"), v.get("split"),
-            v.get("ab"), v.get("encryption"), lan_pacing_of(row), v.get("wan_pacing"), v.get("wan_quickack"))
+            v.get("ab"), v.get("encryption"), lan_pacing_of(row), v.get("wan_pacing"), v.get("wan_quickack"),
+            v.get("lan_rto_min_us"))
 
 
 # What every point row carries (row_key, summarize).

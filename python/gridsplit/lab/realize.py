@@ -170,14 +170,15 @@ def _gateway_overrides(data: dict) -> dict:
 
 # The GatewaySettings fields a benchmark may override (restart_gateways).
 OVERRIDABLE = ("strategy", "congestion", "lan_tuning", "lan_pacing", "wan_streams", "encryption", "wan_pacing",
-               "wan_quickack")
+               "wan_quickack", "lan_rto_min_us")
 
 
 def restart_gateways(state: LabState, gridsplitd: str | None = None, **overrides: str | bool | int) -> LabState:
     """Restart the lab's gridsplitd processes with other gateway settings.
 
     `overrides` are GatewaySettings fields (OVERRIDABLE: strategy, congestion, lan_tuning,
-    lan_pacing, wan_streams, encryption, wan_pacing, wan_quickack). Benchmarks use this to compare strategies and
+    lan_pacing, wan_streams, encryption, wan_pacing, wan_quickack, lan_rto_min_us: the ranks' node library reads
+    the returned state's topology too). Benchmarks use this to compare strategies and
     WAN and LAN tuning on one unchanged lab, so the network under test stays the same
     between variants. `gridsplitd` is the binary
     to run (None: this checkout's build); the state records it.
