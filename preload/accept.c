@@ -89,8 +89,8 @@ static int accept_common(int lfd, struct sockaddr *addr, socklen_t *addrlen, int
             struct gs_slot *old = gs_slot_peek(fd);
             if (old)
                 gs_slot_clear(old); /* stale state of a number closed behind our back */
-            if (have_peer && gs_lan_timers_on() && gs_config_in_own_site(cfg, &peer))
-                gs_lan_timers(fd); /* a same-site connection: its segments stay on the LAN */
+            if (have_peer && gs_lan_timers_on(cfg) && gs_config_in_own_site(cfg, &peer))
+                gs_lan_timers(cfg, fd); /* a same-site connection: its segments stay on the LAN */
             errno = saved;
             gs_copy_out_addr(&ss, sl, addr, addrlen);
             return fd;
@@ -123,7 +123,7 @@ static int accept_common(int lfd, struct sockaddr *addr, socklen_t *addrlen, int
         if (!ol)
             ol = gs_addr_to_sockaddr(&orig, oport, AF_INET6, &os);
 
-        gs_lan_timers(fd);
+        gs_lan_timers(cfg, fd);
         struct gs_slot *s = gs_slot_get(fd);
         if (s) {
             pthread_mutex_lock(&s->mu);

@@ -135,7 +135,7 @@ static int redirect_connect(int fd, const struct sockaddr *addr, socklen_t len,
     struct gs_addr src;
     flow_source(fd, cfg, &src);
     uint32_t spread = gs_flow_spread(&src, dst);
-    gs_lan_timers(fd);
+    gs_lan_timers(cfg, fd);
     int nonblock = gs_fd_nonblocking(fd);
     int set = 0;
     int ms = nonblock ? 0 : sndtimeo_ms(fd, &set);
@@ -250,8 +250,8 @@ GS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     if (site < 0) {
         if (cfg && !cfg->routed && gs_config_in_no_site(cfg, &dst))
             name_unknown_destination(&dst, dport);
-        else if (cfg && gs_lan_timers_on() && gs_config_in_own_site(cfg, &dst) && is_tcp_stream(fd))
-            gs_lan_timers(fd); /* a same-site connection: its segments stay on the LAN */
+        else if (cfg && gs_lan_timers_on(cfg) && gs_config_in_own_site(cfg, &dst) && is_tcp_stream(fd))
+            gs_lan_timers(cfg, fd); /* a same-site connection: its segments stay on the LAN */
         errno = saved;
         return REAL(connect)(fd, addr, len);
     }

@@ -94,6 +94,8 @@ struct gs_config {
     int nsites;
     int own; /* index of the own site in site[], -1 until chosen */
     int routed; /* 0 after "routed no": the sites reach each other only through the gateways */
+    /* "lan_timers RTO DELACK" (µs, 0 = Linux's): the LAN timers (settings.c, gs_lan_timers). */
+    int lan_rto_min_us, lan_delack_max_us;
     /* Set with the own site (gs_config_pick_site): its gateways, as indices into
      * site[] of the lines that name them, and how many were left out. */
     int ngw;
@@ -129,7 +131,8 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
 /* Index of the site a connection to dst must be redirected to, or -1 when the
  * connection is left alone (own site, loopback, unknown network, direct pair). */
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
-/* Non-zero when a is a host of the own site's subnets (not loopback): a connection
+/* Non-zero when a is a host of the own site's subnets (loopback only for a site on
+ * loopback): a connection
  * to it stays on the site's LAN, where the LAN timers apply (gs_lan_timers). */
 int gs_config_in_own_site(const struct gs_config *cfg, const struct gs_addr *a);
 /* Non-zero when dst is in no site of the file and not loopback: on an unrouted grid
@@ -239,12 +242,13 @@ extern int gs_accept_timeout_ms;
 /* Bound on each gateway's try, from the connect to it to its GSa1 reply. */
 extern int gs_handshake_timeout_ms;
 
-/* Applies the LAN timers (GRIDSPLIT_LAN_RTO_MIN_US, GRIDSPLIT_LAN_DELACK_MAX_US) to a
- * TCP socket whose every segment stays on the site's LAN: a relayed connection's
- * (its peer is the site's gateway) or a same-site connection's; best effort. */
-void gs_lan_timers(int fd);
-/* Non-zero when LAN timers are set (either variable above). */
-int gs_lan_timers_on(void);
+/* Applies the LAN timers (the node file's lan_timers line; GRIDSPLIT_LAN_RTO_MIN_US and
+ * GRIDSPLIT_LAN_DELACK_MAX_US over it) to a TCP socket whose every segment stays on the
+ * site's LAN: a relayed connection's (its peer is the site's gateway) or a same-site
+ * connection's; best effort. */
+void gs_lan_timers(const struct gs_config *cfg, int fd);
+/* Non-zero when a LAN timer is set. */
+int gs_lan_timers_on(const struct gs_config *cfg);
 
 /* --------------------------------------------------------------- fdtable.c */
 

@@ -6,6 +6,7 @@
  *   # comments (lines whose first non-blank character is '#') and blank lines anywhere
  *   gridsplit-nodes 1
  *   routed no
+ *   lan_timers 5000 5000
  *   site west 10.71.2.0/24 10.71.2.254:7100
  *   site east 10.71.1.0/24 10.71.1.254:7100 direct_to=west,north
  *
@@ -16,6 +17,8 @@
  * `routed no` (optional, before the sites) says the sites' subnets are not routed
  * to each other ([addressing] routed = false): connect.c then names, on stderr, a
  * destination that is in no site, since nothing but the gateways could carry it.
+ * `lan_timers RTO_MIN_US DELACK_MAX_US` (optional, before the sites; [gateways]
+ * lan_rto_min_us) sets the LAN timers of the ranks' LAN connections (settings.c).
  *
  * Why a line format of our own rather than the gateway's TOML file: nodes need
  * four values per site, which gridsplit itself writes. Reading them out of TOML
@@ -95,10 +98,34 @@ static int routed_line(struct gs_config *cfg, char **f, int nf, int line, char *
     return 0;
 }
 
+/* Microseconds of a LAN timer: 0 (Linux's) or 2000-200000, as the topology bounds them
+ * (topology_file.lan_timer: Linux refuses less than two jiffies). */
+static int timer_us(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || (v != 0 && (v < 2000 || v > 200000)))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int lan_timers_line(struct gs_config *cfg, char **f, int nf, int line, char *err, size_t errlen)
+{
+    if (nf != 3 || timer_us(f[1], &cfg->lan_rto_min_us) < 0 || timer_us(f[2], &cfg->lan_delack_max_us) < 0)
+        return fail(err, errlen, line, "expected \"lan_timers RTO_MIN_US DELACK_MAX_US\", each 0 or 2000-200000");
+    if (cfg->nsites)
+        return fail(err, errlen, line, "\"lan_timers\" comes before the site lines");
+    return 0;
+}
+
 static int site_line(struct gs_config *cfg, char **f, int nf, int line, char *err, size_t errlen)
 {
     if (strcmp(f[0], "routed") == 0)
         return routed_line(cfg, f, nf, line, err, errlen);
+    if (strcmp(f[0], "lan_timers") == 0)
+        return lan_timers_line(cfg, f, nf, line, err, errlen);
     if (strcmp(f[0], "site") != 0)
         return fail(err, errlen, line, "unknown entry \"%.64s\"; expected: " SITE_LINE, f[0]);
     if (nf < 4)

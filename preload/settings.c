@@ -26,17 +26,15 @@ int gs_accept_timeout_ms = 2000;
  * host drops SYNs. */
 int gs_handshake_timeout_ms = 130000;
 /* LAN timers for the connections whose every segment stays on the site's LAN
- * (relayed ones, to or from the site's gateway, and those within the site): with
- * GRIDSPLIT_LAN_RTO_MIN_US=8000 a loss only a timeout recovers costs 8 ms instead
- * of Linux's 200 ms minimum RTO, and so does a lost last segment of a message,
- * which Linux probes after two RTTs plus that minimum (its tail-loss probe with
- * one segment in flight; GRIDSPLIT_LAN_DELACK_MAX_US keeps delayed ACKs under it;
- * docs/design/lan-legs.md). Off by default: under persistent congestion (many
- * senders converging on the gateway) a short RTO fires far more often and each
- * timeout's go-back-N makes the congestion worse (measured:
- * docs/design/lan-legs.md). */
-static int gs_lan_rto_min_us = 0;
-static int gs_lan_delack_max_us = 0;
+ * (relayed ones, to or from the site's gateway, and those within the site): with an
+ * 8 ms minimum RTO a loss only a timeout recovers costs 8 ms instead of Linux's
+ * 200 ms, and so does a lost last segment of a message, which Linux probes after
+ * two RTTs plus that minimum (its tail-loss probe with one segment in flight); the
+ * delayed-ACK bound keeps ACKs under it (docs/design/lan-legs.md). The node file's
+ * `lan_timers` line sets them ([gateways] lan_rto_min_us); GRIDSPLIT_LAN_RTO_MIN_US
+ * and GRIDSPLIT_LAN_DELACK_MAX_US, when set, take their place (-1: not set). */
+static int gs_lan_rto_min_us = -1;
+static int gs_lan_delack_max_us = -1;
 
 /* ---------------------------------------------------------------- logging */
 
@@ -132,18 +130,27 @@ const struct gs_config *gs_config(void)
 #define TCP_DELACK_MAX_US 46
 #endif
 
-int gs_lan_timers_on(void)
+static void lan_timer_values(const struct gs_config *cfg, int vals[2])
 {
-    return gs_lan_rto_min_us > 0 || gs_lan_delack_max_us > 0;
+    vals[0] = gs_lan_rto_min_us >= 0 ? gs_lan_rto_min_us : cfg->lan_rto_min_us;
+    vals[1] = gs_lan_delack_max_us >= 0 ? gs_lan_delack_max_us : cfg->lan_delack_max_us;
 }
 
-void gs_lan_timers(int fd)
+int gs_lan_timers_on(const struct gs_config *cfg)
 {
-    static const struct { int opt; const char *env; } opts[] = {
-        {TCP_RTO_MIN_US, "GRIDSPLIT_LAN_RTO_MIN_US"},
-        {TCP_DELACK_MAX_US, "GRIDSPLIT_LAN_DELACK_MAX_US"},
+    int vals[2];
+    lan_timer_values(cfg, vals);
+    return vals[0] > 0 || vals[1] > 0;
+}
+
+void gs_lan_timers(const struct gs_config *cfg, int fd)
+{
+    static const struct { int opt; const char *name; } opts[] = {
+        {TCP_RTO_MIN_US, "LAN minimum RTO"},
+        {TCP_DELACK_MAX_US, "LAN delayed-ACK bound"},
     };
-    int vals[] = {gs_lan_rto_min_us, gs_lan_delack_max_us};
+    int vals[2];
+    lan_timer_values(cfg, vals);
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         if (vals[i] <= 0)
             continue;
@@ -152,8 +159,8 @@ void gs_lan_timers(int fd)
              * which is slower after a LAN loss, not wrong. Said once. */
             static _Atomic int logged;
             if (!atomic_exchange(&logged, 1) || gs_debug)
-                gs_log("%s=%d refused by the kernel (%s); LAN connections keep its "
-                       "default timers (needs Linux 6.15+)", opts[i].env, vals[i], strerror(errno));
+                gs_log("%s of %d us refused by the kernel (%s); LAN connections keep its "
+                       "default timers (needs Linux 6.15+)", opts[i].name, vals[i], strerror(errno));
         }
     }
 }
@@ -179,7 +186,7 @@ __attribute__((constructor)) static void gs_init(void)
     gs_debug = d && *d && strcmp(d, "0") != 0;
     gs_handshake_timeout_ms = env_int("GRIDSPLIT_TIMEOUT_MS", gs_handshake_timeout_ms, 1);
     gs_accept_timeout_ms = env_int("GRIDSPLIT_ACCEPT_TIMEOUT_MS", gs_accept_timeout_ms, 1);
-    gs_lan_rto_min_us = env_int("GRIDSPLIT_LAN_RTO_MIN_US", gs_lan_rto_min_us, 0);
-    gs_lan_delack_max_us = env_int("GRIDSPLIT_LAN_DELACK_MAX_US", gs_lan_delack_max_us, 0);
+    gs_lan_rto_min_us = env_int("GRIDSPLIT_LAN_RTO_MIN_US", -1, 0);
+    gs_lan_delack_max_us = env_int("GRIDSPLIT_LAN_DELACK_MAX_US", -1, 0);
     pthread_atfork(NULL, NULL, gs_table_atfork_child);
 }

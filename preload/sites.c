@@ -83,7 +83,9 @@ int gs_config_in_no_site(const struct gs_config *cfg, const struct gs_addr *dst)
 int gs_config_in_own_site(const struct gs_config *cfg, const struct gs_addr *a)
 {
     int i = site_of(cfg, a);
-    return i >= 0 && cfg->own >= 0 && same_site(cfg, i, cfg->own) && !is_loopback(a);
+    /* Loopback only where the site itself lives on loopback (as classify has it). */
+    return i >= 0 && cfg->own >= 0 && same_site(cfg, i, cfg->own) &&
+           (!is_loopback(a) || prefix_is_loopback(&cfg->site[i].subnet));
 }
 
 static int listed_host(const struct gs_config *cfg, const struct gs_addr *a)

@@ -140,23 +140,27 @@ def test_lan_pacing_defaults_to_the_one_constant_and_takes_each_value():
 
 def test_lan_delack_bound_follows_the_rto_unless_set_and_reaches_gateways_and_ranks(tmp_path):
     """lan_delack_max_us: 0 follows lan_rto_min_us (which needs it), else it alone bounds the LAN
-    legs' delayed ACKs, in the gateway config ([lan] delack_max_us) and the ranks' environment."""
-    from gridsplit.gateway import gateway_toml
-    from gridsplit.launch import ranks_split_env
+    legs' delayed ACKs, in the gateway config ([lan] delack_max_us) and the node file's lan_timers line,
+    which the library reads (preload/tests/config_test.c) and `check_nodes_file` accepts."""
+    from gridsplit.gateway import gateway_toml, nodes_conf
+    from gridsplit.gateway.nodes import check_nodes_file
     psk = tmp_path / "psk"
     psk.write_text("0" * 64 + "\n")
     psk.chmod(0o600)
-    for keys, rto, delack in (("", 0, 0), ("lan_rto_min_us = 8000\n", 8000, 8000),
-                              ("lan_delack_max_us = 8000\n", 0, 8000),
+    for keys, rto, delack in (("", 5000, 5000), ("lan_rto_min_us = 0\n", 0, 0),
+                              ("lan_rto_min_us = 8000\n", 8000, 8000),
+                              ("lan_rto_min_us = 0\nlan_delack_max_us = 8000\n", 0, 8000),
                               ("lan_rto_min_us = 20000\nlan_delack_max_us = 8000\n", 20000, 8000)):
         t = parse_topology(tomllib.loads("[defaults]\ngateway = true\n" + GOOD + "[gateways]\n" + keys), "x.toml")
         g = t.gateways
         assert (g.lan_rto_min_us, g.lan_delack_us) == (rto, delack)
         lan = tomllib.loads(gateway_toml(t, "a", str(psk)))["lan"]
         assert (lan["rto_min_us"], lan["delack_max_us"]) == (rto, delack)
-        env = ranks_split_env("lib.so", "nodes.conf", False, g.lan_rto_min_us, g.lan_delack_us)
-        assert env.get("GRIDSPLIT_LAN_RTO_MIN_US") == (str(rto) if rto else None)
-        assert env.get("GRIDSPLIT_LAN_DELACK_MAX_US") == (str(delack) if delack else None)
+        text = nodes_conf(t)
+        timers = [line for line in text.splitlines() if line.startswith("lan_timers")]
+        assert timers == ([f"lan_timers {rto} {delack}"] if rto or delack else [])
+        (tmp_path / "nodes.conf").write_text(text)
+        check_nodes_file(str(tmp_path / "nodes.conf"))
 
 
 def test_cli_reports_bad_file_in_one_line(tmp_path):

@@ -162,6 +162,25 @@ static void test_routed(void)
                  "line 3: \"routed\" comes before the site lines");
 }
 
+/* "lan_timers RTO DELACK": the LAN timers, in µs, 0 or 2000-200000, before the sites. */
+static void test_lan_timers(void)
+{
+    CHECK(parse("gridsplit-nodes 1\nsite a 10.1.0.0/16 10.1.0.254:7100\n") == 0 &&
+              cfg.lan_rto_min_us == 0 && cfg.lan_delack_max_us == 0, "no timers by default");
+    CHECK(parse("gridsplit-nodes 1\nlan_timers 5000 8000\nsite a 10.1.0.0/16 10.1.0.254:7100\n") == 0, "%s", err);
+    CHECK(cfg.lan_rto_min_us == 5000 && cfg.lan_delack_max_us == 8000, "timers %d %d", cfg.lan_rto_min_us,
+          cfg.lan_delack_max_us);
+    const char *bad[] = {"lan_timers 5000", "lan_timers 1000 5000", "lan_timers 5000 300000", "lan_timers x 5000",
+                         "lan_timers 5000 5000 5000", "lan_timers -5000 5000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[160];
+        snprintf(text, sizeof text, "gridsplit-nodes 1\n%s\nsite a 10.1.0.0/16 10.1.0.254:7100\n", bad[i]);
+        expect_error(text, "line 2: expected \"lan_timers RTO_MIN_US DELACK_MAX_US\", each 0 or 2000-200000");
+    }
+    expect_error("gridsplit-nodes 1\nsite a 10.1.0.0/16 10.1.0.254:7100\nlan_timers 5000 5000\n",
+                 "line 3: \"lan_timers\" comes before the site lines");
+}
+
 static void test_loopback_sites(void)
 {
     CHECK(parse("gridsplit-nodes 1\nsite a 127.0.1.0/24 127.0.1.254:1\nsite b 127.0.2.0/24 127.0.2.254:1\n") == 0,
@@ -355,6 +374,7 @@ int main(void)
     test_split_mode();
     test_loopback_sites();
     test_routed();
+    test_lan_timers();
     test_errors();
     test_load();
     printf("config_test: %d passed, %d failed\n", checks - failures, failures);

@@ -24,6 +24,15 @@
 /* Connections that must not touch the gateway. The closing barrier (a redirected
  * connect, accepted by the gateway after any earlier connection in its queue)
  * makes "the gateway saw exactly one more connection" a complete proof. */
+/* The LAN minimum RTO the kernel holds for a socket, in µs (-1: this kernel has no
+ * TCP_RTO_MIN_US, Linux < 6.15). */
+static int rto_min_us(int fd)
+{
+    int v = 0;
+    socklen_t l = sizeof v;
+    return getsockopt(fd, IPPROTO_TCP, 45 /* TCP_RTO_MIN_US */, &v, &l) == 0 ? v : -1;
+}
+
 void test_untouched(void)
 {
     int conns = gw_count("CONN ");
@@ -35,6 +44,10 @@ void test_untouched(void)
         unsigned short p;
         int l = listen_on(ips[i], &p);
         int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (i == 0) { /* from this node's own address, as a node of a real site connects */
+            struct sockaddr_in me4 = sin4(NODE_IP, 0);
+            CHECK(bind(c, (struct sockaddr *)&me4, sizeof me4) == 0, "bind %s: %s", NODE_IP, strerror(errno));
+        }
         struct sockaddr_in to = sin4(ips[i], p);
         CHECK(connect(c, (struct sockaddr *)&to, sizeof to) == 0, "%s: %s", ips[i], strerror(errno));
         struct sockaddr_storage ss;
@@ -46,6 +59,15 @@ void test_untouched(void)
         CHECK(a >= 0 && strcmp(seen, me) == 0, "%s: server saw %s, client is %s", ips[i], seen, me);
         CHECK(write(c, "hi", 2) == 2 && read_full(a, buf, 2) == 0 && memcmp(buf, "hi", 2) == 0,
               "%s: data", ips[i]);
+        /* The node file's lan_timers (5000 µs, run_tests.sh) on both ends of the same-site
+         * connection, rounded up to whole jiffies by the kernel; Linux's 200 ms elsewhere. */
+        int rc = rto_min_us(c), ra = rto_min_us(a);
+        if (rc >= 0) {
+            int same = i == 0;
+            CHECK(same ? (rc >= 5000 && rc < 200000 && ra == rc) : (rc == 200000 && ra == 200000),
+                  "%s: minimum RTO %d us (client), %d us (server), want %s", ips[i], rc, ra,
+                  same ? "the node file's 5000, rounded up" : "Linux's 200000");
+        }
         close(a);
         close(c);
         close(l);

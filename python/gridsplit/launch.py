@@ -29,19 +29,14 @@ from .errors import GridsplitError
 from .gateway.nodes import check_nodes_file
 
 
-def ranks_split_env(lib: str, config: str, mode: str = "policy", lan_rto_min_us: int = 0,
-                    lan_delack_us: int = 0) -> dict[str, str]:
+def ranks_split_env(lib: str, config: str, mode: str = "policy") -> dict[str, str]:
     """What a rank needs to send its cross-site connections through the gateways: the library,
-    the node file, the library's split mode (GRIDSPLIT_SPLIT: "policy", the node file's direct_to;
-    "all", every pair; "hosts:A+B", the host rule: only connections with an end at A or B), and
-    the LAN legs' timers (GatewaySettings.lan_rto_min_us and .lan_delack_us)."""
+    the node file (which also carries the LAN timers, its `lan_timers` line), and the library's
+    split mode (GRIDSPLIT_SPLIT: "policy", the node file's direct_to; "all", every pair;
+    "hosts:A+B", the host rule: only connections with an end at A or B)."""
     env = {"LD_PRELOAD": lib, "GRIDSPLIT_CONFIG": config}
     if mode != "policy":
         env["GRIDSPLIT_SPLIT"] = mode  # over the node file's direct_to (preload/README.md)
-    if lan_rto_min_us:
-        env["GRIDSPLIT_LAN_RTO_MIN_US"] = str(lan_rto_min_us)
-    if lan_delack_us:
-        env["GRIDSPLIT_LAN_DELACK_MAX_US"] = str(lan_delack_us)
     return env
 
 

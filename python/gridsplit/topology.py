@@ -208,9 +208,12 @@ class GatewaySettings:
     # Whether the gateways send a WAN lane's pending ACK each time they read it (gridsplitd
     # [wan] quickack, TCP_QUICKACK) rather than delay it (docs/design/wan-striping.md).
     wan_quickack: bool = False
-    # Minimum RTO (and delayed-ACK bound) of both ends of every LAN leg, µs;
-    # 0 = Linux's 200 ms. Off by default (measured: docs/bench.md).
-    lan_rto_min_us: int = 0
+    # Minimum RTO (and delayed-ACK bound) of the gateways' LAN sockets and of every
+    # LAN connection of the ranks (relayed legs and connections within the site), µs;
+    # 0 = Linux's 200 ms. 5000 µs: Linux rounds it up to two jiffies (8 ms at HZ=250);
+    # a message's lost last segment then costs that instead of 200 ms
+    # (docs/design/lan-legs.md#lan-timers).
+    lan_rto_min_us: int = 5000
     # Delayed-ACK bound of both ends of every LAN leg, µs; 0 = lan_rto_min_us
     # (which needs it: a delayed ACK must not outlast that RTO). Alone, it keeps
     # a LAN leg's ACKs inside the sender's tail-loss probe timeout.

@@ -168,8 +168,8 @@ def lan_timer(key: str, value: int | str) -> int:
 
 
 def _lan_timer(g: _Reader, key: str) -> int:
-    """`[gateways] lan_rto_min_us` / `lan_delack_max_us` (lan_timer's bounds)."""
-    v = g.integer(key, 0, positive=False, lo=0, hi=200000)
+    """`[gateways] lan_rto_min_us` / `lan_delack_max_us` (lan_timer's bounds; GatewaySettings' defaults)."""
+    v = g.integer(key, getattr(GatewaySettings, key), positive=False, lo=0, hi=200000)
     try:
         return lan_timer(key, v)
     except ValueError as e:

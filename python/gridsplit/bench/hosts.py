@@ -373,8 +373,7 @@ class HostsGrid:
             raise GridsplitError(f"{self.inv.path}: split mode needs [mpi] nodes_config = \"PATH\": the node file "
                                  "on the nodes (`gridsplit gateway nodes-config`)")
         return ranks_split_env(m.lib or sysdeps.built("libgridsplit.so"), m.nodes_config,
-                               library_mode(split, root and str(root.ip)), self.topo.gateways.lan_rto_min_us,
-                               self.topo.gateways.lan_delack_us)
+                               library_mode(split, root and str(root.ip)))
 
     def gateways(self, sites: set[str]) -> list[RemoteHost]:
         return [self.gws[s] for s in self.sites if s in sites and s in self.gws]

@@ -315,7 +315,7 @@ def make_command(op: str) -> click.Command:
                   help="WAN congestion controls to compare in split mode; default: the topology's.")
     @click.option("--lan-tuning", "lans", default=None, callback=O.csv(O.choice_list(("on", "off"))),
                   help="LAN tuning of the split legs (receive-window clamps sharing the gateway's switch port; "
-                       "LAN timers too where the topology sets lan_rto_min_us) to compare in split mode: on, off "
+                       "the LAN timers are the topology's lan_rto_min_us) to compare in split mode: on, off "
                        "or on,off; default: the topology's (on).")
     @click.option("--lan-pacing", "pacings", default=None, callback=O.csv(O.choice_list(LAN_PACING)),
                   help="LAN pacing of the gateways (writes toward each LAN host paced at the nodes' NIC rate: on at "

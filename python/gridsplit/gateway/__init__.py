@@ -138,7 +138,7 @@ def nodes_conf(topo: Topology, policy: bool = True) -> str:
                                 [f"{s.name}-{b}: {why}" for b, why in mine]) for s, mine in rows
                        for ip in s.gateway_addrs],
                       [n[2:] for n in notes], f"`gridsplit gateway nodes-config` from topology {topo.name!r} ({topo.source})",
-                      routed=topo.routed)
+                      routed=topo.routed, lan_timers=(g.lan_rto_min_us, g.lan_delack_us))
 
 
 def gateway_toml(topo: Topology, site: str, psk_file: str, admin: str = ADMIN,

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import GridsplitError
+from ..topology_file import lan_timer
 
 HEADER = "gridsplit-nodes 1"
 WRITER = "gridsplit gateway nodes-config"
@@ -33,14 +34,18 @@ class NodeSite:
 
 
 def nodes_file(sites: list[NodeSite], notes: tuple[str, ...] | list[str] = (), source: str = f"`{WRITER}`",
-               routed: bool = True) -> str:
+               routed: bool = True, lan_timers: tuple[int, int] = (0, 0)) -> str:
     """The text of a node file for `sites`, `notes` as comments before them; `source` says who wrote it.
     `routed` False ([addressing] routed = false) adds `routed no`: the library then names a destination
-    that is in no site, which only a route outside the grid could carry."""
+    that is in no site, which only a route outside the grid could carry. `lan_timers` (µs: minimum RTO,
+    delayed-ACK bound; [gateways] lan_rto_min_us) adds `lan_timers`: the ranks' LAN connections get them."""
     lines = ["# gridsplit node file: the sites libgridsplit.so (GRIDSPLIT_CONFIG) steers connections between.",
              f"# Written by {source}. Gateways read their own TOML config.", HEADER,
              *([] if routed else ["# the sites' subnets are not routed to each other, only through the gateways",
                                   "routed no"]),
+             *([] if not any(lan_timers) else
+               ["# LAN timers of the ranks' connections within their site and to its gateway (µs): minimum RTO, "
+                "delayed-ACK bound", f"lan_timers {lan_timers[0]} {lan_timers[1]}"]),
              "# site NAME SUBNET GATEWAY_LAN [direct_to=SITE,...]", *(f"# {n}" for n in notes)]
     for s in sites:
         lines += [f"# {w}" for w in s.why]
@@ -73,6 +78,14 @@ def _site_line_error(words: list[str], sites_seen: int) -> str | None:
         if len(words) != 2 or words[1] not in ("yes", "no"):
             return 'expected "routed yes" or "routed no"'
         return '"routed" comes before the site lines' if sites_seen else None
+    if words[0] == "lan_timers":
+        try:
+            ok = len(words) == 3 and all(str(lan_timer("lan_timers", w)) == w for w in words[1:])
+        except ValueError:
+            ok = False
+        if not ok:
+            return 'expected "lan_timers RTO_MIN_US DELACK_MAX_US", each 0 or 2000-200000'
+        return '"lan_timers" comes before the site lines' if sites_seen else None
     if words[0] != "site":
         return f"unknown entry {words[0]!r}; expected: {SITE_LINE}"
     if len(words) < 4:

@@ -72,8 +72,7 @@ def split_env(state: LabState, split: str = "policy", root: Host | None = None) 
     if split not in ("policy", "all", "root"):
         conf = state.names.state_dir / f"nodes-split-{split}.conf"
         conf.write_text(nodes_conf(state.topo.with_split(split)))
-    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(conf), library_mode(split, root and str(root.ip)),
-                           state.topo.gateways.lan_rto_min_us, state.topo.gateways.lan_delack_us)
+    return ranks_split_env(sysdeps.built("libgridsplit.so"), str(conf), library_mode(split, root and str(root.ip)))
 
 
 def refuse_direct(state: LabState, hosts: list[Host], env: dict[str, str] | None) -> None:
