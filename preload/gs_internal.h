@@ -132,8 +132,8 @@ int gs_config_pick_site(struct gs_config *cfg, const char *site_name, char *err,
  * connection is left alone (own site, loopback, unknown network, direct pair). */
 int gs_config_classify(const struct gs_config *cfg, const struct gs_addr *dst);
 /* Non-zero when a is a host of the own site's subnets (loopback only for a site on
- * loopback): a connection
- * to it stays on the site's LAN, where the LAN timers apply (gs_lan_timers). */
+ * loopback): a connection to it stays on the site's LAN, where the LAN timers apply
+ * (gs_lan_timers). */
 int gs_config_in_own_site(const struct gs_config *cfg, const struct gs_addr *a);
 /* Non-zero when dst is in no site of the file and not loopback: on an unrouted grid
  * such a destination can be reached only if something outside the grid routes it. */
