@@ -149,18 +149,34 @@ void gs_lan_timers(const struct gs_config *cfg, int fd)
         {TCP_RTO_MIN_US, "LAN minimum RTO"},
         {TCP_DELACK_MAX_US, "LAN delayed-ACK bound"},
     };
+    /* Set once a kernel has said it does not know the options: the rest of the
+     * process's connections skip the two system calls. */
+    static _Atomic int kernel_lacks;
     int vals[2];
     lan_timer_values(cfg, vals);
-    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0] && !kernel_lacks; i++) {
         if (vals[i] <= 0)
             continue;
-        if (setsockopt(fd, IPPROTO_TCP, opts[i].opt, &vals[i], sizeof vals[i]) < 0) {
-            /* Older kernel or a value under two jiffies: Linux's defaults stay,
-             * which is slower after a LAN loss, not wrong. Said once. */
-            static _Atomic int logged;
-            if (!atomic_exchange(&logged, 1) || gs_debug)
-                gs_log("%s of %d us refused by the kernel (%s); LAN connections keep its "
-                       "default timers (needs Linux 6.15+)", opts[i].name, vals[i], strerror(errno));
+        if (setsockopt(fd, IPPROTO_TCP, opts[i].opt, &vals[i], sizeof vals[i]) == 0)
+            continue;
+        /* Linux's defaults stay, which is slower after a LAN loss, not wrong.
+         * ENOPROTOOPT is a kernel before 6.15: nothing a rank can change, and
+         * every rank of a job would print it, so it is said under
+         * GRIDSPLIT_DEBUG only; `gridsplit run` says it once for the job
+         * (python/gridsplit/launch.py). Any other refusal (EINVAL: a value
+         * under two jiffies, e.g. on a HZ=100 kernel) is the config's, said
+         * once per process. */
+        int err = errno;
+        static _Atomic int logged;
+        if (err == ENOPROTOOPT) {
+            kernel_lacks = 1;
+            if (gs_debug)
+                gs_log("%s: the kernel lacks the option (needs Linux 6.15+); LAN connections "
+                       "keep its default timers", opts[i].name);
+        } else if (!atomic_exchange(&logged, 1) || gs_debug) {
+            gs_log("%s of %d us refused by the kernel (%s); LAN connections keep its "
+                   "default timers (a value under two jiffies? [gateways] lan_rto_min_us)",
+                   opts[i].name, vals[i], strerror(err));
         }
     }
 }

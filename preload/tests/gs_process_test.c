@@ -1,8 +1,10 @@
 /*
  * gs_process_test.c - gs_test's tests of the process around the connections (see
  * gs_test.c): 16 threads connecting at once, a forked child, a relayed connection
- * the gateway resets (the process ends with status 75), and a missing or bad
- * configuration (one stderr line, connections pass through untouched).
+ * the gateway resets (the process ends with status 75), a missing or bad
+ * configuration (one stderr line, connections pass through untouched), and LAN
+ * timers the kernel refuses (one line per process for a bad value, none for a
+ * kernel that lacks them).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -14,7 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -245,4 +252,93 @@ void test_bad_config(void)
         close(fd);
     CHECK(gw_count("CONN ") == conns + 1, "gateway saw %d connections, want exactly 1",
           gw_count("CONN ") - conns);
+}
+
+/* ------------------------------------------------------------- LAN timers */
+
+/* Makes this process's kernel answer setsockopt(IPPROTO_TCP, TCP_RTO_MIN_US or
+ * TCP_DELACK_MAX_US) with ENOPROTOOPT, exactly as a kernel before 6.15 does: this
+ * machine's kernel has the options, so an old kernel's answer is the only way to
+ * reach the library's handling of it here. */
+static int act_as_old_kernel(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setsockopt, 0, 5),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_TCP, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 45 /* TCP_RTO_MIN_US */, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOPROTOOPT),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    /* 45 and 46 are the highest TCP options this kernel knows; >= 45 covers both. */
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
+
+/* The "timers" role: three same-site connections (each gets the node file's LAN
+ * timers on both ends), optionally on an "old kernel". Prints "ok" and exits 0. */
+int timers_probe_main(const char *mode)
+{
+    if (strcmp(mode, "old-kernel") == 0 && act_as_old_kernel() != 0) {
+        printf("seccomp: %s\n", strerror(errno));
+        return 1;
+    }
+    unsigned short p;
+    int l = listen_on(NODE_IP, &p);
+    for (int i = 0; i < 3; i++) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in to = sin4(NODE_IP, p);
+        if (l < 0 || connect(c, (struct sockaddr *)&to, sizeof to) != 0) {
+            printf("connect: %s\n", strerror(errno));
+            return 1;
+        }
+        int a = accept(l, NULL, NULL);
+        close(a);
+        close(c);
+    }
+    printf("ok\n");
+    return 0;
+}
+
+static char *run_timers_probe(const char *name, const char *mode, const char *const *extra)
+{
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/timers-%s.out", test_dir, name);
+    snprintf(err, sizeof err, "%s/timers-%s.err", test_dir, name);
+    char *argv[] = {"gs_test", "timers", (char *)mode, NULL};
+    char **env = make_env(NULL, extra);
+    pid_t pid = spawn_self(argv, env, out, err);
+    free(env);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char *o = slurp(out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strcmp(o, "ok\n") == 0, "%s: status %#x, out: %s", name,
+          st, o);
+    free(o);
+    return slurp(err);
+}
+
+void test_lan_timers_refused(void)
+{
+    /* 1000 us is under two jiffies at any HZ up to 1000: the kernel says EINVAL.
+     * One line for the process, not one per connection. */
+    const char *small[] = {"GRIDSPLIT_LAN_RTO_MIN_US=1000", "GRIDSPLIT_LAN_DELACK_MAX_US=0", NULL};
+    char *e = run_timers_probe("einval", "plain", small);
+    CHECK(count_lines(e) == 1 && strstr(e, "LAN minimum RTO of 1000 us refused by the kernel") &&
+              strstr(e, "lan_rto_min_us"),
+          "a refused value: want one line, got:\n%s", e);
+    free(e);
+    /* A kernel without the options: every rank of a job would say so; silent. */
+    e = run_timers_probe("old", "old-kernel", NULL);
+    CHECK(count_lines(e) == 0, "a kernel without the options: want no stderr, got:\n%s", e);
+    free(e);
+    const char *debug[] = {"GRIDSPLIT_DEBUG=1", NULL};
+    e = run_timers_probe("old-debug", "old-kernel", debug);
+    CHECK(strstr(e, "LAN minimum RTO: the kernel lacks the option (needs Linux 6.15+)") != NULL,
+          "a kernel without the options, GRIDSPLIT_DEBUG=1: want the reason, got:\n%s", e);
+    free(e);
 }

@@ -10,7 +10,9 @@
  *           first sends a 64-byte "hello" line telling what accept() and
  *           getpeername() reported for the connection;
  *   probe   a short-lived client started with a broken or missing configuration,
- *           to check the one-line warning and the pass-through.
+ *           to check the one-line warning and the pass-through;
+ *   timers  a short-lived process whose same-site connections get LAN timers its
+ *           kernel refuses, to check what it says.
  * The fake gateway logs every connection it accepts ("CONN") and request ("REQ"),
  * which lets the suite prove which connections went through it and which did not.
  *
@@ -364,6 +366,8 @@ int main(int argc, char **argv)
         return server_main(argv[2]);
     if (argc == 4 && strcmp(argv[1], "probe") == 0)
         return probe_main(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "timers") == 0)
+        return timers_probe_main(argv[2]);
 
     signal(SIGPIPE, SIG_IGN);
     alarm(240);
@@ -403,6 +407,7 @@ int main(int argc, char **argv)
         {"fork: child connects", test_fork},
         {"a relayed connection reset by the gateway ends the process (75)", test_relay_lost_exits},
         {"missing/bad config: one stderr line, pass-through", test_bad_config},
+        {"LAN timers refused: one line per process; none for a kernel without them", test_lan_timers_refused},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

@@ -64,5 +64,7 @@ void test_threads(void);
 void test_fork(void);
 void test_relay_lost_exits(void);
 void test_bad_config(void);
+void test_lan_timers_refused(void);
+int timers_probe_main(const char *mode);
 
 #endif

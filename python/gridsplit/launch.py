@@ -16,6 +16,7 @@ real hosts (bench/hosts.py).
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 import shutil
 import socket
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from . import sysdeps
+from . import machine, sysdeps
 from .errors import GridsplitError
 from .gateway.nodes import check_nodes_file
 
@@ -226,7 +227,10 @@ def run(config_path: str, lib: str | None, split: str, dry_run: bool, cmd: tuple
         # ld.so would only warn, per process, and run every rank unsplit.
         raise GridsplitError(f"--lib {libpath}: no such file; give the libgridsplit.so that `make build` leaves in build/")
     cfg = os.path.abspath(config_path)
-    check_nodes_file(cfg)
+    if any(check_nodes_file(cfg)) and not machine.lan_timers_supported():
+        click.echo(f"gridsplit run: this kernel ({platform.release()}) lacks the LAN timers (TCP_RTO_MIN_US, "
+                   "Linux 6.15+): if the nodes' kernels do too, their LAN connections keep Linux's 200 ms minimum "
+                   "RTO (docs/design/lan-legs.md#lan-timers)", err=True)
     kind = launcher_kind(argv[0])
     if split == "root":
         found = first_host(kind, argv, dict(os.environ))

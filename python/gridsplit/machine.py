@@ -7,7 +7,9 @@ the hardware, kernel and source revision that produced it.
 from __future__ import annotations
 
 import os
+import errno
 import platform
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -38,7 +40,25 @@ def facts() -> dict:
         "cores": os.cpu_count(),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "kernel": platform.release(),
+        "lan_timers": lan_timers_supported(),
         "gridsplit": __version__,
         "git": rev,
         "loadavg_1m_at_start": round(load[0], 2),
     }
+
+
+# TCP_RTO_MIN_US (Linux 6.15); Python's socket module does not name it yet.
+TCP_RTO_MIN_US = 45
+
+
+def lan_timers_supported() -> bool:
+    """Whether this kernel knows the LAN timers the gateways and the node library set
+    (TCP_RTO_MIN_US, TCP_DELACK_MAX_US: Linux 6.15). A kernel without them answers
+    ENOPROTOOPT; the ranks then say nothing (one line each would flood a job's
+    stderr) and `gridsplit run` says it once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, 200000)
+        except OSError as e:
+            return e.errno != errno.ENOPROTOOPT
+    return True

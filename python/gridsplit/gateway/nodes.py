@@ -110,12 +110,13 @@ def _site_line_error(words: list[str], sites_seen: int) -> str | None:
     return None
 
 
-def check_nodes_file(path: str) -> None:
+def check_nodes_file(path: str) -> tuple[int, int]:
     """Refuse, in one line, a file that is not a valid node file (a gateway's TOML config
     above all), before a job's ranks each log it and run unsplit: the same rules the
-    library applies when it loads it (preload/nodefile.c)."""
+    library applies when it loads it (preload/nodefile.c). Returns its `lan_timers`
+    (µs; (0, 0) without the line)."""
     fix = f"give --config the node file written by `{WRITER} --topology ...`"
-    header, sites, directs = False, [], []
+    header, sites, directs, timers = False, [], [], (0, 0)
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f, 1):
@@ -132,6 +133,8 @@ def check_nodes_file(path: str) -> None:
                 err = _site_line_error(words, len(sites))
                 if err:
                     raise GridsplitError(f"{path}: line {n}: {err}; {fix}")
+                if words[0] == "lan_timers":
+                    timers = (int(words[1]), int(words[2]))
                 if words[0] == "site":
                     sites.append(words[1])
                     if len(words) == 5:
@@ -147,3 +150,4 @@ def check_nodes_file(path: str) -> None:
         for name in names:
             if name not in sites:
                 raise GridsplitError(f"{path}: line {n}: direct_to names {name!r}, which is no site of this file; {fix}")
+    return timers
