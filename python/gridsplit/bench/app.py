@@ -368,8 +368,8 @@ def _row_line(r: dict[str, Any]) -> str:
                    "p2p_obj, cco_obj, comm, msgzero; all: the whole suite, tens of minutes in the lab).")
 @click.option("--a", "side_a", default=None, metavar="KEY=VALUE,...",
               help="An A/B of two gateway builds or settings instead of one split mode (lab only): side A, with "
-                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, lan_pacing, wan_pacing, wan_quickack, wan_streams, split, policy_ops, policy_sizes, "
-                   "encryption, label); each round runs direct, then A and B in alternating order.")
+                   "`bench ab`'s keys (gridsplitd, strategy, congestion, lan_tuning, lan_pacing, wan_pacing, wan_quickack, lan_rto_min_us, wan_streams, "
+                   "split (policy, all, none, root or site pairs), policy_ops, policy_sizes, encryption, label); each round runs direct, then A and B in alternating order.")
 @click.option("--b", "side_b", default=None, metavar="KEY=VALUE,...", help="Side B of --a's A/B.")
 @click.option("--prepare", is_flag=True, help="Only check and build the presets (e.g. mpi4py per MPI), then exit.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -67,7 +67,6 @@ def summarize_grids(paths: list[Path]) -> list[dict[str, Any]]:
 
 def fig_matrix(summary: list[dict[str, Any]], outdir: Path) -> list[str]:
     import matplotlib.pyplot as plt  # loaded only by the commands that draw
-    from matplotlib.colors import TwoSlopeNorm
     out = []
     for impl, var in sorted({(s["impl"], s["variant"]) for s in summary}):
         ss = [s for s in summary if (s["impl"], s["variant"]) == (impl, var) and s["ratio"] is not None]
@@ -84,18 +83,11 @@ def fig_matrix(summary: list[dict[str, Any]], outdir: Path) -> list[str]:
         cells = [[math.nan] * len(cols) for _ in grids]
         for (g, op, m), s in widest.items():
             cells[grids.index(g)][cols.index((op, m))] = s["ratio"]
-        vals = [v for row in cells for v in row if not math.isnan(v)]
         fig, ax = plt.subplots(figsize=(2.5 + 0.85 * len(cols), 1.2 + 0.5 * len(grids)))
-        norm = TwoSlopeNorm(vcenter=1.0, vmin=min(min(vals), 0.99), vmax=max(max(vals), 1.01))
-        im = ax.imshow(cells, cmap="RdYlGn_r", norm=norm, aspect="auto")
-        for i, row in enumerate(cells):
-            for j, v in enumerate(row):
-                if not math.isnan(v):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8)
+        page.ratio_heatmap(fig, ax, cells)
         ax.set_xticks(range(len(cols)), [f"{op}\n{fmt_size(m)}" for op, m in cols], fontsize=8)
         ax.set_yticks(range(len(grids)), grids, fontsize=8)
         ax.set_title(f"{impl}, split ({var}) / direct time, median over rounds (< 1: splitting is faster)", fontsize=9)
-        fig.colorbar(im, ax=ax, shrink=0.8)
         out.append(page.png(fig, outdir, f"matrix-{impl}-{var.replace(':', '-')}.png"))
     return out
 

@@ -130,7 +130,6 @@ def fig_time(points: list[dict], outdir: Path) -> list[str]:
 
 def fig_heatmap(summary: list[dict], outdir: Path) -> list[str]:
     import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
     out = []
     for op, impl, var in sorted({(s["op"], s["impl"], s["variant"]) for s in summary}):
         ss = [s for s in summary if (s["op"], s["impl"], s["variant"]) == (op, impl, var) and s["ratio"] is not None]
@@ -142,19 +141,12 @@ def fig_heatmap(summary: list[dict], outdir: Path) -> list[str]:
         for s in ss:
             grid[nodes.index(s["nodes"])][sizes.index(s["size_bytes"])] = s["ratio"]
         fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(sizes), 1.0 + 0.55 * len(nodes)))
-        vals = [v for row in grid for v in row if not math.isnan(v)]
-        norm = TwoSlopeNorm(vcenter=1.0, vmin=min(min(vals), 0.99), vmax=max(max(vals), 1.01))
-        im = ax.imshow(grid, cmap="RdYlGn_r", norm=norm, aspect="auto", origin="lower")
-        for i, row in enumerate(grid):
-            for j, v in enumerate(row):
-                if not math.isnan(v):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8)
+        page.ratio_heatmap(fig, ax, grid, origin="lower")
         ax.set_xticks(range(len(sizes)), [fmt_size(m) for m in sizes])
         ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
         ax.set_xlabel("message size")
         ax.set_ylabel("sender nodes")
         ax.set_title(f"{op}, {impl}, split ({var}) / direct time\n(< 1: splitting is faster)", fontsize=9)
-        fig.colorbar(im, ax=ax, shrink=0.8)
         out.append(page.png(fig, outdir, f"ratio-{op}-{impl}-{var.replace(':', '-')}.png"))
     return out
 

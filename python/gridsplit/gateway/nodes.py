@@ -4,6 +4,7 @@ A versioned header, then one line per site (docs/protocol.md §5):
 
     gridsplit-nodes 1
     routed no                       (only where the sites are not routed to each other)
+    lan_timers RTO_MIN_US DELACK_MAX_US   (the ranks' LAN timers; absent: Linux's)
     site NAME SUBNET GATEWAY_LAN [direct_to=SITE,SITE]
 
 Nodes read it, not the gateway's TOML config: the library is C, loaded into
