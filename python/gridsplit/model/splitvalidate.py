@@ -75,9 +75,11 @@ REVEALED_DIRS = ("results/matrix/2026-11-27-holdout3", "results/matrix/2026-11-2
 # results/model/2026-11-28-direct-decisions-predictions; the grids had been run, split mode on them not).
 # And the clamp-rule runs (ev2near with 1x gateways, `paper` with split forced, clamps on and off),
 # measured at 31e1922 with the model unchanged since: that commit's model is their prediction.
+# And the eleventh grid, the first after the LAN timers went on by default (predictions:
+# results/model/2026-12-05-holdout11-predictions, at 2e0bdc3's model).
 HELD_OUT_DIR = "results/matrix/2026-11-28-holdout10"
 HELD_OUT_DIRS = ("results/matrix/2026-11-27-joint-check", HELD_OUT_DIR, "results/matrix/2026-11-28-direct-decisions",
-                 "results/matrix/2026-12-04-clamp-rule")
+                 "results/matrix/2026-12-04-clamp-rule", "results/matrix/2026-12-05-holdout11")
 # The committed measurements this validation reads by default (relative to the repository), and
 # every JSONL of REVEALED_GLOB, REVEALED_DIRS and HELD_OUT_DIRS (default_files).
 DEFAULT_FILES = ("results/bench/2026-11-23-paper-gather-v8.jsonl",
