@@ -6,8 +6,8 @@ the hardware, kernel and source revision that produced it.
 
 from __future__ import annotations
 
-import os
 import errno
+import os
 import platform
 import socket
 import subprocess

@@ -1,5 +1,5 @@
 """The pieces every HTML report page is made of: a figure saved beside the page and
-embedded in it, and a table. Shared by the sweep report (report.py), the application
+embedded in it, a table, and the split/direct heat map. Shared by the sweep report (report.py), the application
 report (appresults.py) and the report of several grids (matrix.py)."""
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, str) and c.startswith('<') else html.escape(str(c))}</td>"
                                     for c in r) + "</tr>" for r in rows)
     return f"<table><tr>{h}</tr>{body}</table>"
-
 
 
 def ratio_heatmap(fig, ax, cells: list[list[float]], origin: str = "upper"):
