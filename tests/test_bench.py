@@ -211,6 +211,7 @@ def test_report_renders_from_recorded_file(tmp_path):
     assert any(p.startswith("cpu-") for p in pngs)
     assert html.count("data:image/png;base64,") == len(pngs)
     assert str(tmp_path / "rep" / "index.html") in cp.stdout
+    assert "Warning" not in cp.stderr, cp.stderr  # e.g. numpy's, from a colour scale taking log(0)
 
 
 def test_relay_report_renders_a_committed_run():
@@ -368,10 +369,11 @@ def test_report_lists_runs_that_failed(tmp_path):
     ('{"kind":"meta","schema":"other/1"}\n', "schema"),
     ('[1, 2]\n', "not a result row"),
     ('{"schema":"gridsplit.bench/1","kind":"point"}\n', "a point row without op"),
+    (b"\x00\x01\xff\xfe garbage", "not text"),
 ])
 def test_report_rejects_bad_files_in_one_line(tmp_path, content, msg):
     f = tmp_path / "bad.jsonl"
-    f.write_text(content)
+    f.write_bytes(content) if isinstance(content, bytes) else f.write_text(content)
     cp = gridsplit("report", str(f), check=False)
     assert cp.returncode != 0 and msg in cp.stderr and "Traceback" not in cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
@@ -408,7 +410,9 @@ def test_bench_outage_rejects_bad_flags_in_one_line():
 
 
 def test_bench_rejects_bad_flags_in_one_line():
-    for args, msg in ((["-s", "10Q"], "size"), (["--impl", "lam"], "lam"), (["-n", "0"], "'0' is not a node count"),
+    # -n 999: refused from the topology before a running lab would be taken down to rebuild it.
+    for args, msg in ((["-s", "10Q"], "size"), (["-s", "0"], "at least 1 byte"), (["-n", "999"], "takes 1 to 20 nodes"),
+                      (["--impl", "lam"], "lam"), (["-n", "0"], "'0' is not a node count"),
                       (["-n", "4,x"], "'x' is not a node count"),
                       (["--rank-env", "EAGER"], "NAME=VALUE"), (["--rank-env", "LD_PRELOAD=/x.so"], "split mode"),
                       (["--rank-env", "GRIDSPLIT_CONFIG=/x"], "split mode"),

@@ -208,13 +208,16 @@ def gs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     (["netcheck", "--hosts", "BADHOSTS"], "site[0].hosts: give one or more hosts"),
     (["netcheck", "--hosts", "HOSTS", "--streams", "1,x"], "--streams"),
     (["netcheck", "--from", "x.json", "--pairs", "a:b"], "--from shows a saved report"),
+    (["netcheck", "--from", "CUT"], "without its settings or cells"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, expect):
     good = tmp_path / "hosts.toml"
     good.write_text('[[site]]\nname = "rennes"\nhosts = ["127.0.0.1"]\n[[site]]\nname = "nancy"\nhosts = ["127.0.0.1"]\n')
     bad = tmp_path / "bad.toml"
     bad.write_text('[[site]]\nname = "rennes"\nhosts = []\n')
-    args = [str(good) if a == "HOSTS" else str(bad) if a == "BADHOSTS" else a for a in args]
+    cut = tmp_path / "cut.json"  # the right schema, the rest cut off
+    cut.write_text('{"schema": "%s"}' % measure.SCHEMA)
+    args = [str(good) if a == "HOSTS" else str(bad) if a == "BADHOSTS" else str(cut) if a == "CUT" else a for a in args]
     cp = subprocess.run([sys.executable, "-m", "gridsplit", *args], text=True, capture_output=True, cwd=ROOT, timeout=60)
     assert cp.returncode == 2, cp.stdout + cp.stderr
     assert expect in cp.stderr

@@ -568,3 +568,18 @@ def test_the_policy_weighs_the_jobs_the_topology_names(tmp_path):
     assert yes and "gather 100K" in why and "halo" not in why and "10K" not in why.replace("100K", "")
     assert "policy_ops" not in why
     assert t.to_dict()["gateways"]["policy_ops"] == ("gather",)
+
+
+def test_a_site_of_no_nodes_is_advised_not_divided_by(tmp_path):
+    """A site of its gateway alone (`nodes = 0`, which the topology allows) sends and receives nothing:
+    every command that runs the split model on the grid answers, and says why its pairs stay direct."""
+    text = (ROOT / "results/matrix/2026-11-26-evidence/ev3.toml").read_text()
+    head, sep, last = text.rpartition("[[site]]")
+    topo = tmp_path / "nodes0.toml"
+    topo.write_text(head + sep + last.replace("nodes = 2", "nodes = 0", 1))
+    assert "nodes = 0" in topo.read_text()
+    nodes = gridsplit("gateway", "nodes-config", "-t", str(topo)).stdout
+    assert "site north" in nodes and "Traceback" not in nodes
+    adv = json.loads(gridsplit("model", "advise", "-t", str(topo), "--size", "1M", "--json").stdout)
+    north = [p for p in adv["policy"] if "north" in p["sites"]]
+    assert len(north) == 2 and all(not p["split"] and p["why"] == "north has no nodes" for p in north), north

@@ -231,7 +231,7 @@ def render(table: list[dict[str, Any]], a: str, b: str, con: Console, title: str
 @O.lab_topology
 @click.option("--nodes", "-n", default="4", show_default=True, callback=O.csv(O.count),
               help="Sender node counts, or all (as `bench gather --nodes`).")
-@click.option("--sizes", "-s", default="1M", show_default=True, callback=O.csv(units.parse_size),
+@click.option("--sizes", "-s", default="1M", show_default=True, callback=O.csv(O.message_size),
               help="Message sizes (K=1e3, M=1e6).")
 @click.option("--impl", "impls", default="openmpi", show_default=True, callback=O.csv(O.choice_list(IMPLS)))
 @click.option("--rounds", "-k", default=5, show_default=True, type=click.IntRange(2, 100),

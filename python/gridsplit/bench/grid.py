@@ -129,6 +129,9 @@ def ensure_lab(names: LabNames, topology: str, nodes: int | None, scale: float |
     topology's own counts), else rebuild it."""
     want = load_topology(topology, None, scale)
     asked = nodes
+    if asked:
+        # A count the topology cannot take is refused here, before a running lab is taken down.
+        load_topology(topology, asked, scale)
     if nodes is None:
         nodes = want.sites[0].nodes
     try:

@@ -10,6 +10,7 @@ import click
 from ..errors import GridsplitError
 from ..inventory import load_inventory
 from ..topology import SPLIT_SPEC
+from ..units import parse_size
 
 # `--nodes all`: every node of the lab runs a rank (all sites, not one sender site).
 ALL_NODES = 0
@@ -37,6 +38,14 @@ def count(v: str) -> int:
         n = 0
     if n < 1:
         raise ValueError(f"{v!r} is not a node count (give whole numbers of 1 or more, e.g. 4,12,20)")
+    return n
+
+
+def message_size(v: str) -> int:
+    """A --sizes entry: bytes per rank (K/M/G suffixes), at least one."""
+    n = parse_size(v)
+    if n < 1:
+        raise ValueError(f"{v!r}: a message of at least 1 byte (e.g. 1K,100K,1M)")
     return n
 
 

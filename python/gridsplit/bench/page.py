@@ -43,7 +43,8 @@ def ratio_heatmap(fig, ax, cells: list[list[float]], origin: str = "upper"):
     from matplotlib.colors import FuncNorm
     vals = [v for row in cells for v in row if not math.isnan(v) and v > 0]
     half = max([2.0] + [max(v, 1 / v) for v in vals])
-    norm = FuncNorm((np.log, np.exp), vmin=1 / half, vmax=half)
+    # The colour bar evaluates the scale at 0 too: clip before the log (no warning, no -inf).
+    norm = FuncNorm((lambda x: np.log(np.clip(x, 1e-9, None)), np.exp), vmin=1 / half, vmax=half)
     im = ax.imshow(cells, cmap="RdYlGn_r", norm=norm, aspect="auto", origin=origin)
     for i, row in enumerate(cells):
         for j, v in enumerate(row):

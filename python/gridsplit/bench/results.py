@@ -84,6 +84,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         lines = path.read_text().splitlines()
     except OSError as e:
         raise GridsplitError(f"{path}: cannot read it ({e.strerror}); give a `gridsplit bench` result file") from None
+    except UnicodeDecodeError:
+        raise GridsplitError(f"{path}: not text (a binary file?); give a `gridsplit bench` result file") from None
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -301,7 +301,7 @@ def make_command(op: str) -> click.Command:
     @click.option("--nodes", "-n", default=defaults[0], show_default=True, callback=O.csv(O.count),
                   help="Sender node counts (on the first site; the root is on the second), or all: every node of "
                        "every site of the topology takes part (the root is the second site's first node).")
-    @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=O.csv(units.parse_size),
+    @click.option("--sizes", "-s", default=defaults[1], show_default=True, callback=O.csv(O.message_size),
                   help="Message sizes (K=1e3, M=1e6, as the MPI programs read them).")
     @O.reps_budget
     @click.option("--modes", default="direct,split", show_default=True, callback=O.csv(O.choice_list(MODES)))

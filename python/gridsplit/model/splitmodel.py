@@ -451,6 +451,8 @@ def _alltoall(topo: Topology, job: Job, split: frozenset[frozenset[str]]) -> dic
     rate: dict[tuple, float] = {}
     for (a, b), hops in route.items():
         pairs = site[a].nodes * (site[b].nodes - (a == b))
+        if not pairs:
+            continue  # a site of no nodes (its gateway alone) sends and receives nothing
         for r, bps in hops:
             # A rank's NIC carries its own share of the site's pairs.
             load[r] += job.size * pairs / (site[r[1]].nodes if r[0] == "rank" else 1)

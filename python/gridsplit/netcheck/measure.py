@@ -406,6 +406,11 @@ def load_report(path: str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise GridsplitError(f"{path}: not a netcheck report (schema {data.get('schema') if isinstance(data, dict) else None!r}, "
                              f"expected {SCHEMA!r})")
+    # What rediagnose reads: a report cut short or edited by hand is refused here, not half-read.
+    if not isinstance(data.get("settings"), dict) or not isinstance(data.get("settings", {}).get("thresholds"), dict) \
+            or not isinstance(data.get("cells"), list):
+        raise GridsplitError(f"{path}: a netcheck report without its settings or cells (cut short or edited?); "
+                             "write it again with `gridsplit netcheck ... --out FILE`")
     return data
 
 
