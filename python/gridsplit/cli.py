@@ -21,8 +21,33 @@ from .model.cli import model
 from .netcheck.cli import netcheck
 
 
+# click >= 8.2 raises this usage error for a group called with no command (earlier: help, exit 0).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class Group(click.Group):
-    """A click group that turns GridsplitError into one clean line."""
+    """A click group that turns GridsplitError, and click's own usage errors, into one clean line."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        # Click's standalone mode prints a usage error as four lines (usage, a hint, a blank,
+        # the error); the project's rule is one line that says what is wrong and where the fix
+        # is. So click runs with standalone_mode=False and the exits are made here as click makes them.
+        try:
+            rv = super().main(args, prog_name, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as e:  # a group given no command: its help, as click prints it
+            e.show()
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            path = e.ctx.command_path if e.ctx else "gridsplit"
+            click.echo(f"gridsplit: error: {e.format_message()} (see `{path} --help`)", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("gridsplit: aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
         try:
