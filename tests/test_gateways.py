@@ -294,3 +294,14 @@ def test_kill_gateway_names_a_gateway_the_site_does_not_have(glab):
     cp = gridsplit("lab", "fault", "kill-gateway", "--site", "east", "--gateway", "3", check=False)
     assert cp.returncode != 0 and len(cp.stderr.strip().splitlines()) == 1
     assert "--gateway 3: site 'east' has 2 gateway(s)" in cp.stderr
+
+
+def test_status_url_that_is_no_admin_url_is_one_line():
+    """`gateway status --url` wants http://HOST:PORT/status; anything else is refused before a request,
+    and a URL nothing answers says so (loopback port 1: refused at once)."""
+    for url in ("127.0.0.1:7300", "ftp://127.0.0.1/status", "http://127.0.0.1:99999/status", "notaurl"):
+        cp = gridsplit("gateway", "status", "--url", url, check=False)
+        err = cp.stderr.strip()
+        assert cp.returncode == 2 and len(err.splitlines()) == 1 and "http://HOST:PORT/status" in err, err
+    cp = gridsplit("gateway", "status", "--url", "http://127.0.0.1:1/status", check=False)
+    assert cp.returncode == 2 and "Connection refused" in cp.stderr and "admin_listen" in cp.stderr, cp.stderr

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,14 @@ def new_psk(path: Path) -> None:
 
 
 def fetch_status(url: str) -> dict[str, Any]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port_ok = parts.port is None or 0 < parts.port
+    except ValueError:  # urllib refuses a port out of range when asked for it
+        port_ok = False
+    if parts.scheme != "http" or not parts.hostname or not port_ok:
+        raise GridsplitError(f"--url {url!r}: give a gateway's admin status URL, http://HOST:PORT/status "
+                             f"(HOST:PORT is its admin_listen, e.g. http://{ADMIN}/status)")
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             return json.loads(r.read())
