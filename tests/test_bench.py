@@ -379,6 +379,17 @@ def test_report_rejects_bad_files_in_one_line(tmp_path, content, msg):
     assert len(cp.stderr.strip().splitlines()) == 1
 
 
+def test_report_reads_a_file_cut_mid_write_and_says_so(tmp_path):
+    """A run killed mid-write leaves a cut last line: the rows before it are read, and stderr says one was left out."""
+    good = (DATA / "paper-n4-openmpi.jsonl").read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(good.rstrip("\n")[:-40])
+    cp = gridsplit("report", str(cut), "--out", str(tmp_path / "rep"), check=False)
+    assert cp.returncode == 0, cp.stderr
+    notes = [x for x in cp.stderr.splitlines() if "last line is cut" in x]
+    assert len(notes) == 1 and f"{cut}:{len(good.splitlines())}" in notes[0], cp.stderr
+
+
 def test_report_refuses_to_pair_runs_of_two_rank_envs(tmp_path):
     """Direct and split rows are paired without their --rank-env, so two settings in one report are refused."""
     src = (DATA / "paper-n4-openmpi.jsonl").read_text()

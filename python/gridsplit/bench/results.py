@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -77,8 +78,12 @@ def row_key(row: dict[str, Any]) -> tuple:
 POINT_KEYS = ("op", "impl", "nodes", "size_bytes", "repeat", "mode")
 
 
+_CUT_NOTED: set[str] = set()
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a result file; a torn last line (killed mid-write) is ignored, anything else is an error."""
+    """Rows of a result file; a torn last line (killed mid-write) is left out with a note on stderr,
+    anything else is an error."""
     rows = []
     try:
         lines = path.read_text().splitlines()
@@ -92,7 +97,13 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         try:
             row = json.loads(line)
         except ValueError:
-            if i == len(lines):
+            if i == len(lines) and rows:
+                # A run killed mid-write leaves its last row cut; the rows before it stand. Said (once
+                # per file: a report reads its files more than once), not hidden.
+                if str(path) not in _CUT_NOTED:
+                    _CUT_NOTED.add(str(path))
+                    click.echo(f"gridsplit: note: {path}:{i}: its last line is cut (a run stopped mid-write?); "
+                               f"read without it", err=True)
                 break
             raise GridsplitError(f"{path}:{i}: not a JSON line; is this a `gridsplit bench` result file?") from None
         if not isinstance(row, dict):
