@@ -127,11 +127,10 @@ def ensure_lab(names: LabNames, topology: str, nodes: int | None, scale: float |
                con: Console) -> realize.LabState:
     """Reuse the running lab if it is this topology with enough nodes (None: the
     topology's own counts), else rebuild it."""
-    want = load_topology(topology, None, scale)
+    # With the count asked for (0: every node), so that one the topology cannot take is refused
+    # here, before a running lab is taken down.
     asked = nodes
-    if asked:
-        # A count the topology cannot take is refused here, before a running lab is taken down.
-        load_topology(topology, asked, scale)
+    want = load_topology(topology, asked or None, scale)
     if nodes is None:
         nodes = want.sites[0].nodes
     try:
